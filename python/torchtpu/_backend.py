@@ -1,0 +1,216 @@
+"""Registration of the tpu device with PyTorch: the PrivateUse1 key renamed
+to "tpu", hooks and guard, storage/copy/view kernels, lowering rules, the
+CPU fallback, printing and serialization."""
+import warnings
+
+import torch
+import torch._prims_common as _prims_common
+import torch.utils.backend_registration as _br
+
+from . import _C
+from . import tpu as _tpu_module
+from ._env import DTYPE_CODE
+
+_LIB = torch.library.Library("aten", "IMPL")
+_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+# ------------------------------------------------------------- storage
+
+
+def _dtype_code(dtype):
+    dtype = dtype or torch.get_default_dtype()
+    try:
+        return DTYPE_CODE[dtype]
+    except KeyError:
+        raise TypeError(f"dtype {dtype} is not supported on tpu") from None
+
+
+def _check_device(device):
+    if device is not None:
+        d = torch.device(device)
+        if d.type == "tpu" and d.index not in (None, 0):
+            _tpu_module._index(d)
+
+
+def _strides_for(size, memory_format):
+    if memory_format in (None, torch.contiguous_format, torch.preserve_format):
+        return None
+    return torch.empty(size, device="meta", memory_format=memory_format).stride()
+
+
+def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    _check_device(device)
+    return _C.empty(tuple(size), _strides_for(size, memory_format), _dtype_code(dtype))
+
+
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    _check_device(device)
+    return _C.empty(tuple(size), tuple(stride), _dtype_code(dtype))
+
+
+def _same_storage(a, b):
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def copy_(self, src, non_blocking=False):
+    if self.numel() == 0:
+        return self
+    if src.is_conj():
+        src = src.resolve_conj()
+    if src.is_neg():
+        src = src.resolve_neg()
+    if self.device.type == "tpu" and src.device.type == "tpu":
+        if _same_storage(self, src) and (
+            self.data_ptr() != src.data_ptr() or self.stride() != src.stride()
+            or self.shape != src.shape
+        ):
+            src = src.clone()
+        return torch.ops.torchtpu.copy_(self, src)
+    if self.device.type == "tpu":
+        # host -> device; the source is read before this returns
+        s = src if src.dtype == self.dtype else src.to(self.dtype)
+        s = s.expand_as(self)
+        _C.copy_h2d(self, s)
+        return self
+    # device -> host
+    s = src.expand_as(self) if src.shape != self.shape else src
+    if self.dtype == src.dtype:
+        _C.copy_d2h(self, s)
+    else:
+        tmp = torch.empty(s.shape, dtype=s.dtype)
+        _C.copy_d2h(tmp, s)
+        self.copy_(tmp)
+    return self
+
+
+def _copy_from(self, dst, non_blocking=False):
+    return copy_(dst, self, non_blocking)
+
+
+def _copy_from_and_resize(self, dst):
+    if dst.shape != self.shape:
+        dst.resize_(self.shape)
+    return copy_(dst, self)
+
+
+def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None):
+    device = torch.device(device) if device is not None else self.device
+    dtype = dtype or self.dtype
+    mf = memory_format or torch.preserve_format
+    if device.type == "tpu":
+        _check_device(device)
+    if mf == torch.preserve_format and _prims_common.is_non_overlapping_and_dense_or_false(self):
+        out = torch.empty_strided(self.shape, self.stride(), dtype=dtype, device=device)
+    else:
+        fmt = torch.contiguous_format if mf == torch.preserve_format else mf
+        out = torch.empty(self.shape, dtype=dtype, device=device, memory_format=fmt)
+    return copy_(out, self)
+
+
+def _local_scalar_dense(self):
+    host = torch.empty((), dtype=self.dtype)
+    _C.copy_d2h(host, self)
+    return host.item()
+
+
+def _set_storage(self, source, storage_offset=0, size=None, stride=None):
+    return torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU, self, source, storage_offset, size, stride if stride is not None else ())
+
+
+def resize_(self, size, memory_format=None):
+    size = tuple(size)
+    numel = 1
+    for s in size:
+        numel *= s
+    strides = _strides_for(size, memory_format) or torch.empty(size, device="meta").stride()
+    storage = self.untyped_storage()
+    need = (self.storage_offset() + numel) * self.element_size()
+    if need <= storage.nbytes():
+        return torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+            _CPU, self, storage, self.storage_offset(), size, strides)
+    # grow: new storage holding the old contents (flat, in storage order)
+    old_numel = storage.nbytes() // self.element_size()
+    new = _C.empty((need // self.element_size(),), None, _dtype_code(self.dtype))
+    if old_numel:
+        old_flat = torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+            _CPU, _C.empty((0,), None, _dtype_code(self.dtype)), storage, 0, (old_numel,), (1,))
+        new[:old_numel].copy_(old_flat)
+    return torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU, self, new.untyped_storage(), self.storage_offset(), size, strides)
+
+
+def _redispatch_cpu(overload):
+    def kernel(*args, **kwargs):
+        return overload.redispatch(_CPU, *args, **kwargs)
+
+    return kernel
+
+
+_METADATA_OPS = [
+    "as_strided", "view", "_reshape_alias", "unfold", "view_as_real",
+    "view_as_complex", "set_.source_Storage_storage_offset", "set_.source_Storage",
+    "set_.source_Tensor", "set_", "as_strided_",
+]
+
+
+def _register_storage_kernels():
+    for name in _METADATA_OPS:
+        base, _, ov = name.partition(".")
+        overload = getattr(getattr(torch.ops.aten, base), ov or "default")
+        _LIB.impl(name, _redispatch_cpu(overload), "PrivateUse1")
+    _LIB.impl("empty.memory_format", empty, "PrivateUse1")
+    _LIB.impl("empty_strided", empty_strided, "PrivateUse1")
+    _LIB.impl("copy_", copy_, "PrivateUse1")
+    _LIB.impl("_copy_from", _copy_from, "PrivateUse1")
+    _LIB.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
+    _LIB.impl("_to_copy", _to_copy, "PrivateUse1")
+    _LIB.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
+    _LIB.impl("resize_", resize_, "PrivateUse1")
+
+
+# ------------------------------------------------------------- register
+
+_registered = False
+
+
+def register():
+    global _registered
+    if _registered:
+        return
+    _br._setup_privateuseone_for_python_backend(
+        "tpu", backend_module=_tpu_module, hook=_Hooks(), device_guard=_Guard()
+    )
+    with warnings.catch_warnings():
+        # PyTorch warns once when a PrivateUse1 kernel replaces the batching
+        # rule's registration for copy_; that replacement is intended
+        warnings.filterwarnings("ignore", message="Warning only once for all operators")
+        _register_storage_kernels()
+        from . import lowering  # noqa: F401  (registers the lowering rules)
+    from . import _fallback, _printing, _serialization
+
+    _fallback.register()
+    _printing.install()
+    _serialization.install()
+    # nn.Module.to("tpu") must keep tied parameters tied; see
+    # docs/design/integration.md
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    _registered = True

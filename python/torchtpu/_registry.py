@@ -1,0 +1,103 @@
+"""Registration of aten ops on the tpu device.
+
+A lowering rule is a small function ``rule(ctx, *args, **kwargs)`` that builds
+an IR graph for one aten overload with the helpers of ``LowerCtx``. It runs
+only on a cache miss: the C ``Op`` object registered with PyTorch fingerprints
+every call (op, tensor dtypes/shapes/strides, scalar types, static
+arguments, precision) and reuses the compiled executable on a hit.
+
+    @lowering("aten::add.Tensor", runtime=("alpha",))
+    def add(ctx, self, other, alpha=1): ...
+
+Arguments named in ``runtime`` are Python scalars passed to the executable
+at run time (a learning rate, alpha), not baked into the program.
+"""
+import torch
+
+from . import _C
+from .lowering.ctx import LowerCtx, NotLowerable
+
+_LIBS = {}      # namespace -> torch.library.Library
+_OPS = {}       # "aten::name.overload" -> _C.Op
+_RULES = {}     # "aten::name.overload" -> rule
+
+
+def _overload(name):
+    """torch OpOverload for 'aten::name.overload'."""
+    ns, _, rest = name.partition("::")
+    base, _, ov = rest.partition(".")
+    packet = getattr(getattr(torch.ops, ns), base)
+    return getattr(packet, ov or "default")
+
+
+def _kind(arg, runtime):
+    t = arg.type
+    if isinstance(t, torch.TensorType):
+        return _C.K_TENSOR
+    if isinstance(t, torch.OptionalType) and isinstance(t.getElementType(), torch.TensorType):
+        return _C.K_TENSOR
+    if isinstance(t, torch.ListType):
+        e = t.getElementType()
+        if isinstance(e, torch.TensorType) or (
+            isinstance(e, torch.OptionalType)
+            and isinstance(e.getElementType(), torch.TensorType)
+        ):
+            return _C.K_TENSOR_LIST
+    if arg.name in runtime:
+        return _C.K_SCALAR
+    return _C.K_STATIC
+
+
+def _make_lower(name, rule, overload):
+    schema = overload._schema
+    single = len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch.TensorType)
+
+    def lower(op, tensors, scalar_names, args, kwargs):
+        ctx = LowerCtx(name, overload, tensors, scalar_names, args, kwargs or {})
+        try:
+            rule(ctx, *args, **(kwargs or {}))
+        except NotLowerable as e:
+            from ._fallback import run_fallback
+
+            return ("fallback", run_fallback(overload, args, kwargs or {}, reason=str(e)))
+        return ctx.finish(single)
+
+    return lower
+
+
+def lowering(*names, runtime=(), uses_precision=False, allow_cpu_tensors=False):
+    """Registers rule for the given aten overloads on the tpu device."""
+
+    def deco(rule):
+        for name in names:
+            overload = _overload(name)
+            schema = overload._schema
+            pos = [a for a in schema.arguments if not a.kwarg_only]
+            kwo = [a for a in schema.arguments if a.kwarg_only]
+            op = _C.Op(
+                name,
+                _make_lower(name, rule, overload),
+                tuple(_kind(a, runtime) for a in pos),
+                tuple(a.name for a in pos),
+                {a.name: _kind(a, runtime) for a in kwo},
+                uses_precision,
+                allow_cpu_tensors,
+            )
+            _OPS[name] = op
+            _RULES[name] = rule
+            ns, _, short = name.partition("::")
+            if ns not in _LIBS:
+                _LIBS[ns] = torch.library.Library(ns, "IMPL")
+            _LIBS[ns].impl(short, op, "PrivateUse1")
+        return rule
+
+    return deco
+
+
+def registered_ops():
+    """Names of the aten overloads with a tpu lowering."""
+    return sorted(_OPS)
+
+
+def op_handle(name):
+    return _OPS[name]

@@ -1,0 +1,11 @@
+"""Lowering rules: aten ops -> IR graphs, grouped by family.
+
+Importing this package defines torchtpu's own helper ops (namespace
+``torchtpu``) and registers every rule with the tpu device."""
+import torch
+
+_DEF = torch.library.Library("torchtpu", "DEF")
+_DEF.define("copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")
+_DEF.define("iota_(Tensor(a!) self, Scalar start, Scalar step) -> Tensor(a!)")
+
+from . import elementwise, factory, linalg, nn, reduction  # noqa: E402,F401

@@ -1,0 +1,260 @@
+"""LowerCtx: what a lowering rule uses to turn one aten call into an IR graph.
+
+Values are ``V`` objects (an IR value id plus its dtype and shape). The
+context binds graph parameters to the call's tensors and runtime scalars,
+records outputs, and reports how the aten results are formed.
+"""
+import numbers
+
+import torch
+
+from .. import _C
+from .._env import DTYPE_CODE, TORCH_DTYPES
+
+# reduced-precision floats compute in float32, as PyTorch's CPU kernels do
+OPMATH = {torch.bfloat16: torch.float32, torch.float16: torch.float32}
+
+CMP = {"eq": 0, "ne": 1, "lt": 2, "le": 3, "gt": 4, "ge": 5}
+REDUCE = {"sum": 0, "prod": 1, "max": 2, "min": 3, "and": 4, "or": 5}
+RNG = {"uniform": 0, "normal": 1, "bits": 2}
+
+
+class NotLowerable(Exception):
+    """Raised by a rule for a call it does not support: the call then runs
+    as a counted CPU fallback."""
+
+
+class V:
+    __slots__ = ("id", "dtype", "shape")
+
+    def __init__(self, id, dtype, shape):
+        self.id = id
+        self.dtype = dtype
+        self.shape = tuple(shape)
+
+    @property
+    def rank(self):
+        return len(self.shape)
+
+    def __repr__(self):
+        return f"%{self.id}:{self.dtype}{list(self.shape)}"
+
+
+def is_tensor(x):
+    return isinstance(x, torch.Tensor)
+
+
+def is_cpu_scalar(x):
+    return isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() == 0
+
+
+def to_meta(x):
+    if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_meta(e) for e in x)
+    return x
+
+
+class LowerCtx:
+    def __init__(self, name, overload, tensors, scalar_names, args, kwargs):
+        self.name = name
+        self.overload = overload
+        self.tensors = tensors
+        self.scalar_names = scalar_names
+        self.args = args
+        self.kwargs = kwargs
+        self.g = _C.Graph()
+        self.binds = []          # per graph parameter: (B_*, index)
+        self.results = []        # per aten result: (R_*, index)
+        self.n_outputs = 0
+        self._inputs = {}        # tensor index -> V
+        self._scalars = {}       # scalar name -> V
+        self._meta = None
+
+    # ------------------------------------------------------------ inputs
+
+    def _tensor_index(self, t):
+        for i, x in enumerate(self.tensors):
+            if x is t:
+                return i
+        raise KeyError(f"{self.name}: tensor is not an argument of this call")
+
+    def input(self, t):
+        """The IR value of a tensor argument (a buffer parameter with the
+        tensor's strides, or a scalar parameter for a 0-dim CPU tensor)."""
+        k = self._tensor_index(t)
+        if k in self._inputs:
+            return self._inputs[k]
+        if t.device.type == "cpu":
+            vid = self.g.scalar(DTYPE_CODE[t.dtype])
+            v = V(vid, t.dtype, ())
+        else:
+            vid = self.g.param(DTYPE_CODE[t.dtype], tuple(t.shape), tuple(t.stride()))
+            v = V(vid, t.dtype, t.shape)
+        self.binds.append((_C.B_TENSOR, k))
+        self._inputs[k] = v
+        return v
+
+    def scalar(self, name, dtype):
+        """A runtime scalar argument (declared with runtime=...) as a rank-0
+        value of dtype."""
+        key = (name, dtype)
+        if key in self._scalars:
+            return self._scalars[key]
+        k = list(self.scalar_names).index(name)
+        vid = self.g.scalar(DTYPE_CODE[dtype])
+        self.binds.append((_C.B_SCALAR, k))
+        v = V(vid, dtype, ())
+        self._scalars[key] = v
+        return v
+
+    def const(self, value, dtype, shape=()):
+        """A constant (broadcast to shape when shape is given)."""
+        t = torch.tensor(value, dtype=dtype).reshape(1)
+        data = t.view(torch.uint8).numpy().tobytes()
+        vid = self.g.constant(DTYPE_CODE[dtype], (), data)
+        v = V(vid, dtype, ())
+        return self.broadcast(v, shape) if shape else v
+
+    def operand(self, x, dtype, shape=None, name=None):
+        """Any argument (tensor, 0-dim CPU tensor, runtime scalar by name, or
+        Python number) converted to dtype and broadcast to shape."""
+        if is_tensor(x):
+            v = self.input(x)
+        elif name is not None and name in self.scalar_names:
+            v = self.scalar(name, dtype)
+        elif isinstance(x, (numbers.Number, bool)):
+            v = self.const(x, dtype)
+        else:
+            raise NotLowerable(f"unsupported operand {type(x).__name__}")
+        v = self.convert(v, dtype)
+        if shape is not None:
+            v = self.broadcast(v, shape)
+        return v
+
+    # --------------------------------------------------------------- ops
+
+    def op(self, name, *operands, kind=0, ints=(), attr_dtype=None, dtype=None, shape=None):
+        ids = [o.id for o in operands]
+        ad = DTYPE_CODE[attr_dtype] if attr_dtype is not None else -1
+        if dtype is not None:
+            vid = self.g.node(name, ids, kind=kind, ints=tuple(ints), attr_dtype=ad,
+                              dtype=DTYPE_CODE[dtype], shape=tuple(shape))
+        else:
+            vid = self.g.node(name, ids, kind=kind, ints=tuple(ints), attr_dtype=ad)
+        code, shp = self.g.type(vid)
+        return V(vid, TORCH_DTYPES[code], shp)
+
+    def convert(self, v, dtype):
+        if v.dtype == dtype:
+            return v
+        return self.op("convert", v, attr_dtype=dtype)
+
+    def broadcast(self, v, shape):
+        """numpy-style broadcast of v to shape."""
+        shape = tuple(shape)
+        if v.shape == shape:
+            return v
+        r, n = len(shape), v.rank
+        if n > r:
+            raise RuntimeError(f"{self.name}: cannot broadcast {list(v.shape)} to {list(shape)}")
+        dims = tuple(range(r - n, r))
+        for d, s in zip(dims, v.shape):
+            if s != 1 and s != shape[d]:
+                raise RuntimeError(
+                    f"{self.name}: cannot broadcast {list(v.shape)} to {list(shape)}")
+        return self.op("broadcast_in_dim", v, ints=dims, dtype=v.dtype, shape=shape)
+
+    def broadcast_in_dim(self, v, shape, dims):
+        return self.op("broadcast_in_dim", v, ints=tuple(dims), dtype=v.dtype, shape=tuple(shape))
+
+    def unary(self, name, v):
+        return self.op(name, v)
+
+    def binary(self, name, a, b):
+        return self.op(name, a, b)
+
+    def compare(self, direction, a, b):
+        return self.op("compare", a, b, kind=CMP[direction])
+
+    def select(self, p, a, b):
+        return self.op("select", p, a, b)
+
+    def reduce(self, kind, v, dims):
+        return self.op("reduce", v, kind=REDUCE[kind], ints=tuple(sorted(dims)))
+
+    def transpose(self, v, perm):
+        return self.op("transpose", v, ints=tuple(perm))
+
+    def reshape(self, v, shape):
+        if tuple(shape) == v.shape:
+            return v
+        return self.op("reshape", v, dtype=v.dtype, shape=tuple(shape))
+
+    def iota(self, dtype, shape, dim):
+        return self.op("iota", ints=(dim,), dtype=dtype, shape=shape)
+
+    def dot_general(self, a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract,
+                    precision, out_dtype=None, out_shape=None):
+        ints = (len(lhs_batch), len(lhs_contract), *lhs_batch, *rhs_batch,
+                *lhs_contract, *rhs_contract)
+        if out_dtype is None:
+            return self.op("dot_general", a, b, kind=precision, ints=ints)
+        return self.op("dot_general", a, b, kind=precision, ints=ints, dtype=out_dtype,
+                       shape=out_shape)
+
+    def rng(self, dist, dtype, shape):
+        """Random values from the device generator (counter-based: seed and
+        offset are runtime operands drawn at each call)."""
+        numel = 1
+        for s in shape:
+            numel *= s
+        seed = V(self.g.scalar(DTYPE_CODE[torch.uint64]), torch.uint64, ())
+        self.binds.append((_C.B_RNG_SEED, numel))
+        offset = V(self.g.scalar(DTYPE_CODE[torch.uint64]), torch.uint64, ())
+        self.binds.append((_C.B_RNG_OFFSET, numel))
+        return self.op("rng", seed, offset, kind=RNG[dist], dtype=dtype, shape=tuple(shape))
+
+    # ---------------------------------------------------------- outputs
+
+    def meta(self):
+        """The aten op run on meta tensors: PyTorch's own output shapes,
+        dtypes and strides (and its shape-error messages)."""
+        if self._meta is None:
+            args = [to_meta(a) for a in self.args]
+            kwargs = {k: to_meta(v) for k, v in self.kwargs.items()}
+            self._meta = self.overload(*args, **kwargs)
+        return self._meta
+
+    def output(self, v, like=None, strides=None):
+        """Adds a new output holding v; like (a meta tensor) gives its strides."""
+        if like is not None:
+            strides = tuple(like.stride())
+            if like.dtype != v.dtype:
+                v = self.convert(v, like.dtype)
+            if tuple(like.shape) != v.shape:
+                v = self.broadcast(v, tuple(like.shape))
+        self.g.output(v.id, strides, -1)
+        j = self.n_outputs
+        self.n_outputs += 1
+        self.results.append((_C.R_OUTPUT, j))
+        return j
+
+    def output_into(self, v, t):
+        """Writes v into tensor argument t (an in-place op or out=) and
+        returns t as the aten result."""
+        p = self.input(t)
+        v = self.convert(v, t.dtype)
+        v = self.broadcast(v, tuple(t.shape))
+        param_index = self.binds.index((_C.B_TENSOR, self._tensor_index(t)))
+        self.g.output(v.id, tuple(t.stride()), param_index)
+        self.n_outputs += 1
+        self.results.append((_C.R_ALIAS, self._tensor_index(t)))
+        return p
+
+    def result_none(self):
+        self.results.append((_C.R_NONE, 0))
+
+    def finish(self, single):
+        return (self.g, tuple(self.binds), tuple(self.results), bool(single))
