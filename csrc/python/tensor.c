@@ -174,7 +174,27 @@ int tpu_py_tensor_read(PyObject* t, tpu_py_tensor_t* out) {
   return 0;
 }
 
+/* Tensors without elements may carry no data pointer at all; kernels never
+ * touch them, so they bind to one shared, empty buffer. */
+static tpu_buffer_t* empty_buffer(void) {
+  static tpu_buffer_t* buf = NULL;
+  if (!buf) {
+    tpu_status_t st = tpu_buffer_allocate(tpu_py.device, 0, 0, 0, &buf);
+    if (st) {
+      tpu_py_raise(st);
+      return NULL;
+    }
+  }
+  return buf;
+}
+
 tpu_buffer_t* tpu_py_tensor_buffer(const tpu_py_tensor_t* t, int64_t* byte_offset) {
+  for (int32_t i = 0; i < t->rank; i++) {
+    if (t->dims[i] == 0) {
+      *byte_offset = 0;
+      return empty_buffer();
+    }
+  }
   int64_t off = t->storage_offset * tpu_dtype_size(t->dtype);
   uintptr_t base = t->data_ptr - (uintptr_t)off;
   tpu_buffer_t* b = map_find(base);

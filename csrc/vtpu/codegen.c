@@ -452,17 +452,17 @@ static int32_t allocate_registers(tpu_vinstr_t* code, int32_t n, int32_t* result
       virt[j] = *ops[j];
       *ops[j] = (int16_t)phys[virt[j]];
     }
-    /* operands whose last use is here are free before the result is
-     * assigned: every instruction reads all operands before writing */
+    /* the result never shares a register with an operand: a widening
+     * conversion would overwrite elements it has not read yet */
+    int32_t p = n_free ? free_regs[--n_free] : n_phys++;
+    phys[i] = p;
+    in->dst = (int16_t)p;
     for (int j = 0; j < nops; j++) {
       if (last[virt[j]] != i) continue;
       bool dup = false;
       for (int k = 0; k < j; k++) dup |= virt[k] == virt[j];
       if (!dup) free_regs[n_free++] = phys[virt[j]];
     }
-    int32_t p = n_free ? free_regs[--n_free] : n_phys++;
-    phys[i] = p;
-    in->dst = (int16_t)p;
   }
   *result = phys[*result];
   free(last);

@@ -31,13 +31,14 @@
 #endif
 
 /* fp-contract=off: no implicit fusing (the portable and vector paths would
- * fuse different expressions). no-trapping-math: lets the if-converter evaluate both arms
- * of a select after GCC has sunk code into one arm (values are unchanged;
- * only exception flags, which nobody reads, may differ). tree-vectorize with
- * the dynamic cost model: the kernels vectorize at -O2 too (GCC 12's -O2
- * default, the very-cheap model, gives up on loops of this size). */
+ * fuse different expressions). no-trapping-math: lets the if-converter
+ * evaluate both arms of a select after GCC has sunk code into one arm
+ * (values are unchanged; only exception flags, which nobody reads, may
+ * differ). tree-vectorize with the dynamic cost model: the kernels vectorize
+ * at -O2 too (GCC 12's -O2 default, the very-cheap model, gives up on loops
+ * of this size). */
 #if defined(__GNUC__) && !defined(__clang__)
-#define VM_OPT                                                 \
+#define VM_OPT                                                   \
   __attribute__((optimize("fp-contract=off", "no-trapping-math", \
                           "tree-vectorize", "vect-cost-model=dynamic")))
 #else

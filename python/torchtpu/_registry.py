@@ -48,12 +48,13 @@ def _kind(arg, runtime):
     return _C.K_STATIC
 
 
-def _make_lower(name, rule, overload):
+def _make_lower(name, rule, overload, pos_names, kinds):
     schema = overload._schema
     single = len(schema.returns) == 1 and isinstance(schema.returns[0].type, torch.TensorType)
 
     def lower(op, tensors, scalar_names, args, kwargs):
-        ctx = LowerCtx(name, overload, tensors, scalar_names, args, kwargs or {})
+        ctx = LowerCtx(name, overload, tensors, scalar_names, args, kwargs or {},
+                       pos_names, kinds)
         try:
             rule(ctx, *args, **(kwargs or {}))
         except NotLowerable as e:
@@ -74,12 +75,14 @@ def lowering(*names, runtime=(), uses_precision=False, allow_cpu_tensors=False):
             schema = overload._schema
             pos = [a for a in schema.arguments if not a.kwarg_only]
             kwo = [a for a in schema.arguments if a.kwarg_only]
+            kinds = {a.name: _kind(a, runtime) for a in schema.arguments}
+            pos_names = tuple(a.name for a in pos)
             op = _C.Op(
                 name,
-                _make_lower(name, rule, overload),
-                tuple(_kind(a, runtime) for a in pos),
-                tuple(a.name for a in pos),
-                {a.name: _kind(a, runtime) for a in kwo},
+                _make_lower(name, rule, overload, pos_names, kinds),
+                tuple(kinds[a.name] for a in pos),
+                pos_names,
+                {a.name: kinds[a.name] for a in kwo},
                 uses_precision,
                 allow_cpu_tensors,
             )

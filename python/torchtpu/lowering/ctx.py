@@ -57,7 +57,8 @@ def to_meta(x):
 
 
 class LowerCtx:
-    def __init__(self, name, overload, tensors, scalar_names, args, kwargs):
+    def __init__(self, name, overload, tensors, scalar_names, args, kwargs,
+                 pos_names=(), kinds=None):
         self.name = name
         self.overload = overload
         self.tensors = tensors
@@ -71,19 +72,55 @@ class LowerCtx:
         self._inputs = {}        # tensor index -> V
         self._scalars = {}       # scalar name -> V
         self._meta = None
+        self._positions = self._flat_positions(pos_names, kinds or {})
 
-    # ------------------------------------------------------------ inputs
+    def _flat_positions(self, pos_names, kinds):
+        """(argument name, list index) -> index in the flattened tensors, in
+        the order the C dispatcher flattens them."""
+        from .. import _C
 
-    def _tensor_index(self, t):
-        for i, x in enumerate(self.tensors):
-            if x is t:
-                return i
-        raise KeyError(f"{self.name}: tensor is not an argument of this call")
+        pos = {}
+        k = 0
 
-    def input(self, t):
+        def visit(name, kind, v):
+            nonlocal k
+            if kind == _C.K_TENSOR_LIST and isinstance(v, (list, tuple)):
+                for i, e in enumerate(v):
+                    if isinstance(e, torch.Tensor):
+                        pos[(name, i)] = k
+                        k += 1
+            elif kind in (_C.K_TENSOR, _C.K_SCALAR) and isinstance(v, torch.Tensor):
+                pos[(name, None)] = k
+                k += 1
+
+        for i, v in enumerate(self.args):
+            n = pos_names[i] if i < len(pos_names) else None
+            visit(n, kinds.get(n, _C.K_STATIC), v)
+        for n, v in self.kwargs.items():
+            visit(n, kinds.get(n, _C.K_STATIC), v)
+        return pos
+
+    def _tensor_index(self, t, name=None, index=None):
+        """Position of tensor argument t. The same tensor object may be passed
+        for two arguments (x * x); those are distinct parameters, since the
+        cached program must not depend on aliasing, so callers name the
+        argument when an object occurs more than once."""
+        if name is not None:
+            k = self._positions.get((name, index))
+            if k is not None and self.tensors[k] is t:
+                return k
+        hits = [i for i, x in enumerate(self.tensors) if x is t]
+        if not hits:
+            raise KeyError(f"{self.name}: tensor is not an argument of this call")
+        if len(hits) > 1 and name is None:
+            raise NotLowerable(f"{self.name}: ambiguous tensor argument (internal)")
+        return hits[0]
+
+    def input(self, t, name=None, index=None):
         """The IR value of a tensor argument (a buffer parameter with the
-        tensor's strides, or a scalar parameter for a 0-dim CPU tensor)."""
-        k = self._tensor_index(t)
+        tensor's strides, or a scalar parameter for a 0-dim CPU tensor).
+        name/index: the aten argument (and list position) it was passed as."""
+        k = self._tensor_index(t, name, index)
         if k in self._inputs:
             return self._inputs[k]
         if t.device.type == "cpu":
@@ -121,7 +158,7 @@ class LowerCtx:
         """Any argument (tensor, 0-dim CPU tensor, runtime scalar by name, or
         Python number) converted to dtype and broadcast to shape."""
         if is_tensor(x):
-            v = self.input(x)
+            v = self.input(x, name)
         elif name is not None and name in self.scalar_names:
             v = self.scalar(name, dtype)
         elif isinstance(x, (numbers.Number, bool)):
@@ -224,8 +261,34 @@ class LowerCtx:
         if self._meta is None:
             args = [to_meta(a) for a in self.args]
             kwargs = {k: to_meta(v) for k, v in self.kwargs.items()}
-            self._meta = self.overload(*args, **kwargs)
+            try:
+                self._meta = self.overload(*args, **kwargs)
+            except (RuntimeError, ValueError, IndexError, TypeError) as e:
+                self._raise_like_cpu(e)
         return self._meta
+
+    def _raise_like_cpu(self, meta_error):
+        """Meta kernels word some errors differently from the CPU kernels
+        users know; when the tensors are small, the CPU kernel on
+        uninitialised stand-ins produces PyTorch's usual message."""
+        budget = [64 << 20]
+
+        def stand_in(x):
+            if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+                budget[0] -= x.numel() * x.element_size()
+                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
+            if isinstance(x, (list, tuple)):
+                return type(x)(stand_in(e) for e in x)
+            return x
+
+        args = [stand_in(a) for a in self.args]
+        kwargs = {k: stand_in(v) for k, v in self.kwargs.items()}
+        if budget[0] >= 0:
+            try:
+                self.overload(*args, **kwargs)
+            except Exception as cpu_error:
+                raise cpu_error.with_traceback(None) from None
+        raise meta_error
 
     def output(self, v, like=None, strides=None):
         """Adds a new output holding v; like (a meta tensor) gives its strides."""
@@ -241,16 +304,20 @@ class LowerCtx:
         self.results.append((_C.R_OUTPUT, j))
         return j
 
-    def output_into(self, v, t):
-        """Writes v into tensor argument t (an in-place op or out=) and
-        returns t as the aten result."""
-        p = self.input(t)
+    def output_into(self, v, t, name=None):
+        """Writes v into tensor argument t (an in-place op: name "self";
+        out=: name "out") and returns t as the aten result."""
+        if name is None:
+            name = "out" if ("out", None) in self._positions and \
+                self.tensors[self._positions[("out", None)]] is t else "self"
+        k = self._tensor_index(t, name)
+        p = self.input(t, name)
         v = self.convert(v, t.dtype)
         v = self.broadcast(v, tuple(t.shape))
-        param_index = self.binds.index((_C.B_TENSOR, self._tensor_index(t)))
+        param_index = self.binds.index((_C.B_TENSOR, k))
         self.g.output(v.id, tuple(t.stride()), param_index)
         self.n_outputs += 1
-        self.results.append((_C.R_ALIAS, self._tensor_index(t)))
+        self.results.append((_C.R_ALIAS, k))
         return p
 
     def result_none(self):

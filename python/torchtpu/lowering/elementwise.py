@@ -18,6 +18,24 @@ def _check_dtypes(*xs):
             raise NotLowerable(f"dtype {x.dtype}")
 
 
+def broadcast_shapes(*shapes):
+    """The broadcast of shapes, failing with TensorIterator's message."""
+    out = []
+    for shape in shapes:
+        shape = list(shape)
+        if len(shape) > len(out):
+            out = [1] * (len(shape) - len(out)) + out
+        for i in range(1, len(shape) + 1):
+            a, b = out[-i], shape[-i]
+            if a != b and a != 1 and b != 1:
+                raise RuntimeError(
+                    f"The size of tensor a ({a}) must match the size of tensor b ({b}) "
+                    f"at non-singleton dimension {len(out) - i}")
+            if a == 1:
+                out[-i] = b
+    return tuple(out)
+
+
 def elementwise(ctx, fn, inputs, names, kind=K.DEFAULT, into=None):
     """Computes fn over inputs (tensors or scalars) with PyTorch's type
     promotion: operands converted to the computation dtype (float32 for
@@ -26,6 +44,7 @@ def elementwise(ctx, fn, inputs, names, kind=K.DEFAULT, into=None):
     for a runtime argument becomes a runtime operand, never a constant).
     into: a tensor to write (in-place ops, out=)."""
     _check_dtypes(*inputs)
+    broadcast_shapes(*(x.shape for x in inputs if is_tensor(x)))
     compute, _ = elementwise_dtypes(*inputs, type_promotion_kind=kind)
     if compute not in _SUPPORTED:
         raise NotLowerable(f"dtype {compute}")
@@ -57,7 +76,7 @@ def _binary_rule(name, ir, kind=K.DEFAULT, alpha=False):
             if alpha is not None:
                 # alpha is a runtime operand: never specialise on its value
                 def f(ctx, a, b):
-                    av = ctx.operand(alpha, a.dtype, name="alpha")
+                    av = ctx.operand(alpha, a.dtype, a.shape, "alpha")
                     return compute(ctx, a, b, av)
             else:
                 def f(ctx, a, b):
@@ -173,4 +192,4 @@ def threshold_backward(ctx, grad_output, self, threshold, *, grad_input=None):
 def copy_(ctx, self, src):
     """tpu -> tpu copy with dtype conversion and broadcasting."""
     _check_dtypes(self, src)
-    ctx.output_into(ctx.input(src), self)
+    ctx.output_into(ctx.input(src, "src"), self, "self")

@@ -18,7 +18,7 @@ def fill_scalar(ctx, self, value):
 @lowering("aten::fill_.Tensor")
 def fill_tensor(ctx, self, value):
     _check_dtypes(self, value)
-    ctx.output_into(ctx.operand(value, self.dtype, tuple(self.shape)), self)
+    ctx.output_into(ctx.operand(value, self.dtype, tuple(self.shape), "value"), self)
 
 
 @lowering("aten::zero_")

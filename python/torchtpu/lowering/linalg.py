@@ -19,10 +19,10 @@ def _acc(dtype):
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
-def _mm(ctx, a, b, batch=0):
+def _mm(ctx, a, b, batch=0, names=("self", "mat2")):
     """dot of [..., M, K] x [..., K, N] with `batch` leading batch dims,
     accumulated in f32 for reduced precision inputs."""
-    va, vb = ctx.input(a), ctx.input(b)
+    va, vb = ctx.input(a, names[0]), ctx.input(b, names[1])
     acc = _acc(a.dtype)
     shape = tuple(a.shape[:-1]) + (b.shape[-1],)
     bd = tuple(range(batch))
@@ -64,12 +64,12 @@ def addmm(ctx, self, mat1, mat2, *, beta=1, alpha=1, out=None):
     _check(self, mat1, mat2)
     inplace = ctx.name == "aten::addmm_"
     m = self if inplace else (out if out is not None else ctx.meta())
-    prod = _mm(ctx, mat1, mat2)
+    prod = _mm(ctx, mat1, mat2, names=("mat1", "mat2"))
     acc = prod.dtype
     if alpha != 1:
         prod = ctx.binary("multiply", prod, ctx.const(alpha, acc, prod.shape))
     if beta != 0:
-        bias = ctx.convert(ctx.input(self), acc)
+        bias = ctx.convert(ctx.input(self, "self"), acc)
         bias = ctx.broadcast(bias, prod.shape)
         if beta != 1:
             bias = ctx.binary("multiply", bias, ctx.const(beta, acc, prod.shape))

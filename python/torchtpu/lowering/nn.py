@@ -16,7 +16,7 @@ def softmax(ctx, self, dim, half_to_float, *, out=None):
     if not self.dtype.is_floating_point:
         raise NotLowerable("softmax of integers")
     m = ctx.meta()
-    x = ctx.convert(ctx.input(self), _acc(self.dtype))
+    x = ctx.convert(ctx.input(self, "self"), _acc(self.dtype))
     if self.dim() == 0:
         r = ctx.binary("divide", ctx.unary("exponential", ctx.binary("subtract", x, x)),
                        ctx.unary("exponential", ctx.binary("subtract", x, x)))
@@ -38,8 +38,8 @@ def softmax_backward(ctx, grad_output, output, dim, input_dtype, *, grad_input=N
     _check_dtypes(grad_output, output)
     m = ctx.meta()
     acc = _acc(output.dtype)
-    g = ctx.convert(ctx.input(grad_output), acc)
-    y = ctx.convert(ctx.input(output), acc)
+    g = ctx.convert(ctx.input(grad_output, "grad_output"), acc)
+    y = ctx.convert(ctx.input(output, "output"), acc)
     if output.dim() == 0:
         r = ctx.binary("subtract", ctx.binary("multiply", g, y),
                        ctx.binary("multiply", y, ctx.binary("multiply", g, y)))

@@ -43,7 +43,7 @@ def sum_(ctx, self, dim=None, keepdim=False, *, dtype=None, out=None):
         raise NotLowerable("complex sum")
     dims = _dims(self, dim)
     acc = _acc_dtype(out_dtype)
-    v = ctx.convert(ctx.input(self), acc)
+    v = ctx.convert(ctx.input(self, "self"), acc)
     r = ctx.reduce("sum", v, dims)
     r = _keep(ctx, ctx.convert(r, out_dtype), self, dims, keepdim)
     if out is not None:
