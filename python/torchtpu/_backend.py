@@ -205,12 +205,34 @@ def register():
         warnings.filterwarnings("ignore", message="Warning only once for all operators")
         _register_storage_kernels()
         from . import lowering  # noqa: F401  (registers the lowering rules)
-    from . import _fallback, _printing, _serialization
+    from . import _autocast, _compat, _fallback, _printing, _serialization
 
     _fallback.register()
+    _autocast.register()
     _printing.install()
     _serialization.install()
+    _compat.install()
     # nn.Module.to("tpu") must keep tied parameters tied; see
     # docs/design/integration.md
     torch.__future__.set_swap_module_params_on_conversion(True)
     _registered = True
+    _check_autograd_engine()
+
+
+def _check_autograd_engine():
+    """PyTorch's autograd engine sizes its per-device queues once, at the
+    first backward pass; if that happened before torchtpu registered the tpu
+    device, every backward through tpu tensors fails inside the engine."""
+    try:
+        t = torch.zeros(1, device="tpu", requires_grad=True)
+        t.sum().backward()
+    except RuntimeError as e:
+        if "device_ready_queues_" not in str(e):
+            raise
+        warnings.warn(
+            "torchtpu was imported after PyTorch's autograd engine had started "
+            "(a .backward() ran before `import torchtpu`); backward passes through "
+            "tpu tensors will fail in this process. Import torchtpu first.",
+            RuntimeWarning,
+            stacklevel=3,
+        )

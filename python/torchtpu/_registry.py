@@ -15,6 +15,7 @@ at run time (a learning rate, alpha), not baked into the program.
 import torch
 
 from . import _C
+from ._fallback import run_fallback
 from .lowering.ctx import LowerCtx, NotLowerable
 
 _LIBS = {}      # namespace -> torch.library.Library
@@ -58,8 +59,6 @@ def _make_lower(name, rule, overload, pos_names, kinds):
         try:
             rule(ctx, *args, **(kwargs or {}))
         except NotLowerable as e:
-            from ._fallback import run_fallback
-
             return ("fallback", run_fallback(overload, args, kwargs or {}, reason=str(e)))
         return ctx.finish(single)
 

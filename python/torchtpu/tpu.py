@@ -2,6 +2,7 @@
 sense and the public TorchTPU interface where users port code from it."""
 import contextlib
 import enum
+import random
 import threading
 
 import torch
@@ -249,8 +250,6 @@ def manual_seed_all(seed: int) -> None:
 
 
 def seed() -> None:
-    import random
-
     manual_seed(random.getrandbits(63))
 
 

@@ -77,8 +77,6 @@ class LowerCtx:
     def _flat_positions(self, pos_names, kinds):
         """(argument name, list index) -> index in the flattened tensors, in
         the order the C dispatcher flattens them."""
-        from .. import _C
-
         pos = {}
         k = 0
 

@@ -1,6 +1,7 @@
 """Matrix products: the MXU, with the precision rules of docs/design."""
 import torch
 
+from .. import _C
 from .._registry import lowering
 from .ctx import NotLowerable
 from .elementwise import _check_dtypes
@@ -10,8 +11,6 @@ _MXU = {torch.float32, torch.bfloat16, torch.float16, torch.float64,
 
 
 def _precision():
-    from .. import _C
-
     return _C.get_precision()
 
 
