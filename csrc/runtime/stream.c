@@ -123,15 +123,18 @@ static tpu_status_t run_item(tpu_stream_t* s, item_t* it) {
 }
 
 static void finish_item(tpu_stream_t* s, item_t* it, tpu_status_t st) {
+  /* release the item's buffers before publishing completion, so memory a
+   * waiter sees as freed is really free */
+  uint64_t seq = it->seq;
+  item_free(s, it);
   pthread_mutex_lock(&s->mu);
   if (st) {
     if (!s->error) s->error = st;
     else tpu_status_free(st);
   }
-  __atomic_store_n(&s->completed, it->seq, __ATOMIC_RELEASE);
+  __atomic_store_n(&s->completed, seq, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&s->done_cv);
   pthread_mutex_unlock(&s->mu);
-  item_free(s, it);
 }
 
 static void* worker_main(void* arg) {
@@ -191,13 +194,14 @@ static tpu_status_t submit(tpu_stream_t* s, item_t* it) {
   if (st) copy = tpu_status_make(tpu_status_code(st), tpu_status_file(st),
                                  tpu_status_line(st), "%s", tpu_status_message(st));
   pthread_mutex_unlock(&s->exec_mu);
-  pthread_mutex_lock(&s->mu);
-  if (__atomic_load_n(&s->completed, __ATOMIC_ACQUIRE) < it->seq)
-    __atomic_store_n(&s->completed, it->seq, __ATOMIC_RELEASE);
-  pthread_cond_broadcast(&s->done_cv);
-  pthread_mutex_unlock(&s->mu);
+  uint64_t seq = it->seq;
   tpu_status_free(st);
   item_free(s, it);
+  pthread_mutex_lock(&s->mu);
+  if (__atomic_load_n(&s->completed, __ATOMIC_ACQUIRE) < seq)
+    __atomic_store_n(&s->completed, seq, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&s->done_cv);
+  pthread_mutex_unlock(&s->mu);
   return copy;
 }
 

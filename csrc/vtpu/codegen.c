@@ -581,9 +581,9 @@ static tpu_status_t gen_reduce(tpu_allocator_t a, const tpu_compiled_t* c,
   bool inner_reduced = xs->rank > 0 && ((red >> (xs->rank - 1)) & 1);
   bool row = inner_reduced || kept < 64;
   int32_t perm[TPU_MAX_RANK], np = 0, n_kept = 0;
+  for (int32_t d = 0; d < xs->rank; d++) n_kept += !((red >> d) & 1);
   if (row) {
     for (int32_t d = 0; d < xs->rank; d++) if (!((red >> d) & 1)) perm[np++] = d;
-    n_kept = np;
     for (int32_t d = 0; d < xs->rank; d++) if ((red >> d) & 1) perm[np++] = d;
   } else {
     for (int32_t d = 0; d < xs->rank; d++) if ((red >> d) & 1) perm[np++] = d;

@@ -164,3 +164,20 @@ def test_scalar_values_are_runtime_operands():
     assert [o[3].item() for o in outs] == [4.5, 7.5, -9.0]
     outs = [torch.add(x, x, alpha=a).cpu()[1].item() for a in (2.0, 3.0)]
     assert outs == [3.0, 4.0]
+
+
+@pytest.mark.parametrize("shape,dim", [((300, 200), 0), ((300, 200), 1), ((7, 130, 9), (0, 2)),
+                                       ((70, 3, 80), 1), ((1 << 20,), 0), ((5, 6, 7), None)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_over_dims_matches_cpu(shape, dim, keepdim):
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    t = x.to("tpu")
+    got = t.sum(dim, keepdim=keepdim) if dim is not None else t.sum()
+    want = x.sum(dim, keepdim=keepdim) if dim is not None else x.sum()
+    assert got.shape == want.shape
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-4)
+    ti = (x * 10).int().to("tpu")
+    gi = ti.sum(dim, keepdim=keepdim) if dim is not None else ti.sum()
+    wi = (x * 10).int().sum(dim, keepdim=keepdim) if dim is not None else (x * 10).int().sum()
+    assert gi.dtype == torch.int64 and torch.equal(gi.cpu(), wi)
