@@ -285,7 +285,7 @@ static PyObject* op_call(OpObject* self, PyObject* args, PyObject* kwargs) {
   f.cap = 16;
   f.n_scalars = 0;
   f.has_tpu = false;
-  tpu_hasher_init(&f.h, self->name_hash);
+  tpu_hasher_init(&f.h, self->name_hash ^ tpu_py.config_hash);
   PyObject* result = NULL;
   PyObject* outs = NULL;
   tpu_executable_t* exe = NULL;

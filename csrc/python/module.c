@@ -107,6 +107,18 @@ static PyObject* py_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   Py_INCREF(oom);
   tpu_py.oom_error = oom;
   tpu_py.precision = -1;
+  {
+    /* programs depend on the chip and on the compiler flags */
+    tpu_compile_options_t co;
+    tpu_compile_options_from_env(&co);
+    tpu_hasher_t h;
+    tpu_hasher_init(&h, 0x636667);
+    const char* cn = tpu_vtpu_device_chip(tpu_py.device)->name;
+    tpu_hasher_add_bytes(&h, cn, strlen(cn));
+    tpu_hasher_add_u64(&h, ((uint64_t)co.fuse << 2) | ((uint64_t)co.verify_each_pass << 1) |
+                               (uint64_t)co.dump);
+    tpu_py.config_hash = tpu_hasher_finish(&h).lo;
+  }
   tpu_py.initialized = true;
   Py_RETURN_NONE;
 }

@@ -33,6 +33,7 @@ typedef struct tpu_py_state_s {
       *str_storage_offset, *str_is_cpu, *str_get_device, *str_item;
   tpu_py_stats_t stats;
   int32_t precision;                     /* override, or -1: follow torch */
+  uint64_t config_hash;                  /* chip and compile flags, in every key */
 } tpu_py_state_t;
 
 extern tpu_py_state_t tpu_py;
