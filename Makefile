@@ -36,7 +36,8 @@ $(BUILD)/ctest/%: tests/c/%.c tests/c/harness.h $(BUILD)/ctest/libcore.a
 
 test-c: $(CTESTS)
 	@set -e; for t in $(CTESTS); do echo "== $$t"; \
-	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $$t; done
+	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  TPU_VMATH_TEST_STRIDE=$${TPU_VMATH_TEST_STRIDE:-1009} $$t; done
 
 test-py:
 	$(PYTHON) -m pytest -q tests/python

@@ -22,6 +22,23 @@ bool tpu_fusible(const tpu_graph_t* g, tpu_value_t v) {
     case TPU_OP_TRANSPOSE:
     case TPU_OP_SLICE:
     case TPU_OP_RESHAPE:
+    case TPU_OP_REVERSE:
+    case TPU_OP_GATHER:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/* Ops the backend runs as one kernel over materialized operands. */
+static bool is_array_op(tpu_opcode_t op) {
+  switch (op) {
+    case TPU_OP_PAD:
+    case TPU_OP_SCATTER:
+    case TPU_OP_SORT:
+    case TPU_OP_CUMULATIVE:
+    case TPU_OP_REDUCE_WINDOW:
+    case TPU_OP_CONVOLUTION:
       return true;
     default:
       return false;
@@ -265,11 +282,18 @@ tpu_status_t tpu_compile(const tpu_graph_t* graph,
       mat[v] = tpu_graph_node_shape(g, v)->rank > 0;
     else
       mat[v] = !options->fuse || !tpu_fusible(g, v);
-    if (op == TPU_OP_DOT_GENERAL || op == TPU_OP_RESHAPE) {
-      for (int32_t i = 0; i < tpu_graph_node_operand_count(g, v); i++) {
+    if (op == TPU_OP_DOT_GENERAL || op == TPU_OP_RESHAPE || is_array_op(op) ||
+        op == TPU_OP_GATHER) {
+      int32_t n_ops = op == TPU_OP_GATHER ? 1 : tpu_graph_node_operand_count(g, v);
+      for (int32_t i = 0; i < n_ops; i++) {
         tpu_value_t o = tpu_graph_node_operand(g, v, i);
-        if (tpu_graph_node_op(g, o) != TPU_OP_PARAMETER ||
-            tpu_graph_param_kind(g, o) == TPU_PARAM_BUFFER)
+        tpu_opcode_t oo = tpu_graph_node_op(g, o);
+        /* rank-0 scalar parameters and constants are read by value */
+        bool by_value = tpu_graph_node_shape(g, o)->rank == 0 &&
+                        (oo == TPU_OP_CONSTANT ||
+                         (oo == TPU_OP_PARAMETER && tpu_graph_param_kind(g, o) == TPU_PARAM_SCALAR));
+        if (is_array_op(op) && by_value) continue;
+        if (oo != TPU_OP_PARAMETER || tpu_graph_param_kind(g, o) == TPU_PARAM_BUFFER)
           mat[o] = 1;
       }
     }
@@ -365,6 +389,7 @@ tpu_status_t tpu_compile(const tpu_graph_t* graph,
     tpu_kernel_t* k = &c->kernels[nk];
     k->kind = op == TPU_OP_REDUCE ? TPU_KERNEL_REDUCE
               : op == TPU_OP_DOT_GENERAL ? TPU_KERNEL_DOT
+              : is_array_op(op)          ? TPU_KERNEL_ARRAY
                                          : TPU_KERNEL_LOOP;
     k->value = v;
     k->load_only = false;

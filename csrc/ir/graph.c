@@ -172,7 +172,7 @@ static tpu_status_t add_node(tpu_graph_t* g, tpu_opcode_t op,
   memset(&at, 0, sizeof(at));
   if (attrs) at = *attrs;
   TPU_RETURN_IF_ERROR(tpu_op_check_kind(op, at.kind));
-  if (at.n_ints < 0 || at.n_ints > 4 * TPU_MAX_RANK + 2)
+  if (at.n_ints < 0 || at.n_ints > TPU_MAX_ATTR_INTS)
     return TPU_STATUS(INVALID_ARGUMENT, "%s: too many integer attributes", info->name);
   tpu_dtype_t dt = dtype;
   tpu_shape_t sh;

@@ -29,7 +29,7 @@ tpu_status_t tpu_op_from_name(const char* name, size_t len, tpu_opcode_t* out) {
 static const char* const kCmpNames[TPU_CMP_COUNT] = {"EQ", "NE", "LT",
                                                      "LE", "GT", "GE"};
 static const char* const kReduceNames[TPU_REDUCE_COUNT] = {
-    "sum", "prod", "max", "min", "and", "or"};
+    "sum", "prod", "max", "min", "and", "or", "argmax", "argmin"};
 static const char* const kPrecisionNames[TPU_PRECISION_COUNT] = {
     "DEFAULT", "HIGH", "HIGHEST"};
 static const char* const kRngNames[TPU_RNG_COUNT] = {"uniform", "normal",
@@ -56,6 +56,11 @@ tpu_status_t tpu_op_check_kind(tpu_opcode_t op, int32_t kind) {
     case TPU_OP_DOT_GENERAL: limit = TPU_PRECISION_COUNT; break;
     case TPU_OP_RNG: limit = TPU_RNG_COUNT; break;
     case TPU_OP_PARAMETER: limit = TPU_PARAM_COUNT; break;
+    case TPU_OP_CUMULATIVE:
+    case TPU_OP_REDUCE_WINDOW: limit = TPU_REDUCE_COUNT; break;
+    case TPU_OP_SCATTER: limit = TPU_SCATTER_COUNT; break;
+    case TPU_OP_SORT: limit = 2; break;
+    case TPU_OP_CONVOLUTION: limit = TPU_PRECISION_COUNT; break;
     default: limit = 1; break;
   }
   if (kind < 0 || kind >= limit)
@@ -194,8 +199,14 @@ static tpu_status_t infer_unary(const tpu_graph_t* g, tpu_opcode_t op,
         return TPU_STATUS(INVALID_ARGUMENT, "%s: operand must be numeric, got i1",
                           kOps[op].name);
       break;
+    case TPU_OP_POPCNT:
+      if (k != TPU_DTYPE_KIND_SINT && k != TPU_DTYPE_KIND_UINT)
+        return TPU_STATUS(INVALID_ARGUMENT, "popcnt: operand must be integer, got %s",
+                          tpu_dtype_info(a->dtype)->name);
+      break;
     case TPU_OP_FLOOR:
     case TPU_OP_CEIL:
+    case TPU_OP_ROUND_AFZ:
     case TPU_OP_ROUND_EVEN:
       if (k != TPU_DTYPE_KIND_FLOAT)
         return TPU_STATUS(INVALID_ARGUMENT, "%s: operand must be float, got %s",
@@ -394,7 +405,188 @@ static tpu_status_t infer_reduce(const tpu_graph_t* g, tpu_opcode_t op,
   tpu_shape_t out = {.rank = 0};
   for (int32_t i = 0; i < a->shape.rank; i++)
     if (!((mask >> i) & 1)) out.dims[out.rank++] = a->shape.dims[i];
-  return set_or_check(op, ex, a->dtype, &out, dt, sh);
+  bool arg = at->kind == TPU_REDUCE_ARGMAX || at->kind == TPU_REDUCE_ARGMIN;
+  if (arg && k == TPU_DTYPE_KIND_COMPLEX)
+    return TPU_STATUS(INVALID_ARGUMENT, "reduce %s: complex operands unsupported",
+                      tpu_reduce_kind_name(at->kind));
+  return set_or_check(op, ex, arg ? TPU_DTYPE_S64 : a->dtype, &out, dt, sh);
+}
+
+static tpu_status_t infer_window(const tpu_graph_t* g, tpu_opcode_t op,
+                                 const tpu_value_t* x, int32_t n,
+                                 const tpu_attrs_t* at, bool ex,
+                                 tpu_dtype_t* dt, tpu_shape_t* sh) {
+  (void)n;
+  const tpu_node_t* a = NODE(x[0]);
+  int32_t r = a->shape.rank;
+  char sa[160];
+  tpu_shape_format(&a->shape, sa, sizeof sa);
+  if (at->n_ints != 5 * r)
+    return TPU_STATUS(INVALID_ARGUMENT,
+                      "reduce_window: needs window, strides, padding low/high and "
+                      "dilation for each of the %d dims of %s", r, sa);
+  const int64_t *w = at->ints, *s = w + r, *lo = s + r, *hi = lo + r, *dl = hi + r;
+  tpu_shape_t out = {.rank = r};
+  for (int32_t d = 0; d < r; d++) {
+    if (w[d] < 1 || s[d] < 1 || dl[d] < 1 || lo[d] < 0 || hi[d] < 0)
+      return TPU_STATUS(INVALID_ARGUMENT, "reduce_window: bad window attributes for %s", sa);
+    int64_t span = (w[d] - 1) * dl[d] + 1;
+    int64_t padded = a->shape.dims[d] + lo[d] + hi[d];
+    out.dims[d] = padded < span ? 0 : (padded - span) / s[d] + 1;
+  }
+  bool arg = at->kind == TPU_REDUCE_ARGMAX || at->kind == TPU_REDUCE_ARGMIN;
+  if (at->kind == TPU_REDUCE_AND || at->kind == TPU_REDUCE_OR)
+    return TPU_STATUS(INVALID_ARGUMENT, "reduce_window: and/or unsupported");
+  return set_or_check(op, ex, arg ? TPU_DTYPE_S64 : a->dtype, &out, dt, sh);
+}
+
+/* pad, scatter, sort, cumulative, gather, reverse */
+static tpu_status_t infer_array(const tpu_graph_t* g, tpu_opcode_t op,
+                                const tpu_value_t* x, int32_t n,
+                                const tpu_attrs_t* at, bool ex, tpu_dtype_t* dt,
+                                tpu_shape_t* sh) {
+  (void)n;
+  const tpu_node_t* a = NODE(x[0]);
+  int32_t r = a->shape.rank;
+  char sa[160];
+  tpu_shape_format(&a->shape, sa, sizeof sa);
+  switch (op) {
+    case TPU_OP_REVERSE: {
+      for (int32_t i = 0; i < at->n_ints; i++)
+        if (at->ints[i] < 0 || at->ints[i] >= r)
+          return TPU_STATUS(INVALID_ARGUMENT, "reverse: dim %lld out of range for %s",
+                            (long long)at->ints[i], sa);
+      return set_or_check(op, ex, a->dtype, &a->shape, dt, sh);
+    }
+    case TPU_OP_PAD: {
+      const tpu_node_t* v = NODE(x[1]);
+      if (v->shape.rank != 0 || v->dtype != a->dtype)
+        return TPU_STATUS(INVALID_ARGUMENT, "pad: padding value must be a %s scalar",
+                          tpu_dtype_info(a->dtype)->name);
+      if (at->n_ints != 3 * r)
+        return TPU_STATUS(INVALID_ARGUMENT, "pad: needs low, high, interior per dim of %s", sa);
+      tpu_shape_t out = {.rank = r};
+      for (int32_t d = 0; d < r; d++) {
+        int64_t lo = at->ints[d], hi = at->ints[r + d], in = at->ints[2 * r + d];
+        if (in < 0)
+          return TPU_STATUS(INVALID_ARGUMENT, "pad: negative interior padding");
+        int64_t sz = a->shape.dims[d];
+        int64_t full = sz == 0 ? 0 : sz + (sz - 1) * in;
+        out.dims[d] = full + lo + hi;
+        if (out.dims[d] < 0)
+          return TPU_STATUS(INVALID_ARGUMENT, "pad: padding crops dim %d of %s below zero", d, sa);
+      }
+      return set_or_check(op, ex, a->dtype, &out, dt, sh);
+    }
+    case TPU_OP_GATHER:
+    case TPU_OP_SCATTER: {
+      const tpu_node_t* idx = NODE(x[1]);
+      if (at->n_ints != 1 || at->ints[0] < 0 || at->ints[0] >= (r ? r : 1))
+        return TPU_STATUS(INVALID_ARGUMENT, "%s: bad dim for %s", kOps[op].name, sa);
+      tpu_dtype_kind_t ik = tpu_dtype_info(idx->dtype)->kind;
+      if (ik != TPU_DTYPE_KIND_SINT && ik != TPU_DTYPE_KIND_UINT)
+        return TPU_STATUS(INVALID_ARGUMENT, "%s: indices must be integers, got %s",
+                          kOps[op].name, tpu_dtype_info(idx->dtype)->name);
+      if (idx->shape.rank != r)
+        return TPU_STATUS(INVALID_ARGUMENT,
+                          "%s: indices must have the operand's rank (%d), got %d",
+                          kOps[op].name, r, idx->shape.rank);
+      int32_t dim = (int32_t)at->ints[0];
+      for (int32_t d = 0; d < r; d++) {
+        if (d != dim && idx->shape.dims[d] > a->shape.dims[d]) {
+          char si[160];
+          tpu_shape_format(&idx->shape, si, sizeof si);
+          return TPU_STATUS(INVALID_ARGUMENT,
+                            "%s: index shape %s exceeds operand %s outside dim %d",
+                            kOps[op].name, si, sa, dim);
+        }
+      }
+      if (op == TPU_OP_GATHER) return set_or_check(op, ex, a->dtype, &idx->shape, dt, sh);
+      const tpu_node_t* up = NODE(x[2]);
+      if (!tpu_shape_equal(&up->shape, &idx->shape)) return shape_mismatch(op, &up->shape, &idx->shape);
+      if (up->dtype != a->dtype) return dtype_mismatch(op, a->dtype, up->dtype);
+      return set_or_check(op, ex, a->dtype, &a->shape, dt, sh);
+    }
+    case TPU_OP_SORT:
+    case TPU_OP_CUMULATIVE: {
+      if (at->n_ints != 1 || at->ints[0] < 0 || at->ints[0] >= (r ? r : 1))
+        return TPU_STATUS(INVALID_ARGUMENT, "%s: bad dim for %s", kOps[op].name, sa);
+      if (op == TPU_OP_SORT) {
+        if (tpu_dtype_info(a->dtype)->kind == TPU_DTYPE_KIND_COMPLEX)
+          return TPU_STATUS(INVALID_ARGUMENT, "sort: complex operands unsupported");
+        return set_or_check(op, ex, TPU_DTYPE_S64, &a->shape, dt, sh);
+      }
+      if (at->kind > TPU_REDUCE_MIN)
+        return TPU_STATUS(INVALID_ARGUMENT, "cumulative: kind must be sum/prod/max/min");
+      return set_or_check(op, ex, a->dtype, &a->shape, dt, sh);
+    }
+    default:
+      return TPU_STATUS(INTERNAL, "no rule for %s", kOps[op].name);
+  }
+}
+
+static tpu_status_t infer_conv(const tpu_graph_t* g, tpu_opcode_t op,
+                               const tpu_value_t* x, int32_t n,
+                               const tpu_attrs_t* at, bool ex, tpu_dtype_t* dt,
+                               tpu_shape_t* sh) {
+  (void)n;
+  const tpu_node_t* l = NODE(x[0]);
+  const tpu_node_t* w = NODE(x[1]);
+  char sl[160], sw[160];
+  tpu_shape_format(&l->shape, sl, sizeof sl);
+  tpu_shape_format(&w->shape, sw, sizeof sw);
+  if (at->n_ints < 2)
+    return TPU_STATUS(INVALID_ARGUMENT, "convolution: missing attributes");
+  int64_t ns = at->ints[0];
+  if (ns < 0 || ns > TPU_MAX_RANK - 2 || at->n_ints != 2 + 5 * ns)
+    return TPU_STATUS(INVALID_ARGUMENT, "convolution: malformed attributes");
+  if (l->shape.rank != ns + 2 || w->shape.rank != ns + 2)
+    return TPU_STATUS(INVALID_ARGUMENT,
+                      "convolution: input %s and weight %s must both have rank %lld",
+                      sl, sw, (long long)(ns + 2));
+  if (l->dtype != w->dtype) return dtype_mismatch(op, l->dtype, w->dtype);
+  const int64_t *st = at->ints + 1, *lo = st + ns, *hi = lo + ns, *ld = hi + ns, *rd = ld + ns;
+  int64_t groups = at->ints[1 + 5 * ns];
+  if (groups < 1 || l->shape.dims[1] % groups || w->shape.dims[0] % groups ||
+      w->shape.dims[1] * groups != l->shape.dims[1])
+    return TPU_STATUS(INVALID_ARGUMENT,
+                      "convolution: input %s, weight %s and groups=%lld do not fit "
+                      "(weight must be [O, C/groups, ...])", sl, sw, (long long)groups);
+  tpu_shape_t out = {.rank = (int32_t)(ns + 2)};
+  out.dims[0] = l->shape.dims[0];
+  out.dims[1] = w->shape.dims[0];
+  for (int64_t d = 0; d < ns; d++) {
+    if (st[d] < 1 || ld[d] < 1 || rd[d] < 1)
+      return TPU_STATUS(INVALID_ARGUMENT, "convolution: strides and dilations must be >= 1");
+    int64_t in = l->shape.dims[2 + d];
+    int64_t din = in == 0 ? 0 : (in - 1) * ld[d] + 1;
+    int64_t padded = din + lo[d] + hi[d];
+    int64_t k = w->shape.dims[2 + d];
+    int64_t dk = k == 0 ? 0 : (k - 1) * rd[d] + 1;
+    if (padded < dk)
+      return TPU_STATUS(INVALID_ARGUMENT,
+                        "convolution: kernel %s larger than padded input %s in spatial dim %lld",
+                        sw, sl, (long long)d);
+    out.dims[2 + d] = (padded - dk) / st[d] + 1;
+  }
+  tpu_dtype_kind_t k = tpu_dtype_info(l->dtype)->kind;
+  if (k == TPU_DTYPE_KIND_BOOL || k == TPU_DTYPE_KIND_COMPLEX)
+    return TPU_STATUS(INVALID_ARGUMENT, "convolution: %s operands unsupported",
+                      tpu_dtype_info(l->dtype)->name);
+  if (ex) {
+    if (!tpu_shape_equal(sh, &out)) {
+      char so[160], se[160];
+      tpu_shape_format(sh, so, sizeof so);
+      tpu_shape_format(&out, se, sizeof se);
+      return TPU_STATUS(INVALID_ARGUMENT, "convolution: result shape %s, expected %s", so, se);
+    }
+    if (tpu_dtype_info(*dt)->kind != k)
+      return TPU_STATUS(INVALID_ARGUMENT, "convolution: result type mismatch");
+    return NULL;
+  }
+  *dt = l->dtype;
+  *sh = out;
+  return NULL;
 }
 
 static tpu_status_t infer_dot(const tpu_graph_t* g, tpu_opcode_t op,
@@ -480,6 +672,14 @@ tpu_infer_fn_t tpu_op_infer_fn(tpu_opcode_t op) {
     case TPU_OP_RNG: return infer_rng;
     case TPU_OP_REDUCE: return infer_reduce;
     case TPU_OP_DOT_GENERAL: return infer_dot;
+    case TPU_OP_CONVOLUTION: return infer_conv;
+    case TPU_OP_REDUCE_WINDOW: return infer_window;
+    case TPU_OP_REVERSE:
+    case TPU_OP_GATHER:
+    case TPU_OP_PAD:
+    case TPU_OP_SCATTER:
+    case TPU_OP_SORT:
+    case TPU_OP_CUMULATIVE: return infer_array;
     default: break;
   }
   switch (kOps[op].op_class) {

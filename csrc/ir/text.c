@@ -122,6 +122,9 @@ static const char* kind_text(tpu_opcode_t op, int32_t kind, char* tmp, size_t n)
     case TPU_OP_REDUCE: return tpu_reduce_kind_name((tpu_reduce_kind_t)kind);
     case TPU_OP_DOT_GENERAL: return tpu_precision_name((tpu_precision_t)kind);
     case TPU_OP_RNG: return tpu_rng_dist_name((tpu_rng_dist_t)kind);
+    case TPU_OP_CUMULATIVE:
+    case TPU_OP_REDUCE_WINDOW: return tpu_reduce_kind_name((tpu_reduce_kind_t)kind);
+    case TPU_OP_CONVOLUTION: return tpu_precision_name((tpu_precision_t)kind);
     default: snprintf(tmp, n, "%d", kind); return tmp;
   }
 }
@@ -160,7 +163,8 @@ tpu_status_t tpu_graph_print(const tpu_graph_t* g, char** out) {
       any = true;
     }
     if (n->kind != 0 || n->op == TPU_OP_COMPARE || n->op == TPU_OP_REDUCE ||
-        n->op == TPU_OP_DOT_GENERAL || n->op == TPU_OP_RNG) {
+        n->op == TPU_OP_DOT_GENERAL || n->op == TPU_OP_RNG || n->op == TPU_OP_CUMULATIVE ||
+        n->op == TPU_OP_REDUCE_WINDOW || n->op == TPU_OP_CONVOLUTION) {
       sb_printf(&s, "%skind=%s", any ? ", " : " {", kind_text(n->op, n->kind, tmp, sizeof tmp));
       any = true;
     }
@@ -276,6 +280,9 @@ static tpu_status_t parse_kind(tpu_opcode_t op, const char* w, size_t n,
     case TPU_OP_REDUCE: namer = (const char* (*)(int))tpu_reduce_kind_name; count = TPU_REDUCE_COUNT; break;
     case TPU_OP_DOT_GENERAL: namer = (const char* (*)(int))tpu_precision_name; count = TPU_PRECISION_COUNT; break;
     case TPU_OP_RNG: namer = (const char* (*)(int))tpu_rng_dist_name; count = TPU_RNG_COUNT; break;
+    case TPU_OP_CUMULATIVE:
+    case TPU_OP_REDUCE_WINDOW: namer = (const char* (*)(int))tpu_reduce_kind_name; count = TPU_REDUCE_COUNT; break;
+    case TPU_OP_CONVOLUTION: namer = (const char* (*)(int))tpu_precision_name; count = TPU_PRECISION_COUNT; break;
     default: break;
   }
   for (int32_t k = 0; k < count; k++) {
@@ -383,7 +390,7 @@ static tpu_status_t parse_line(tpu_graph_t* g, lex_t* l, tpu_value_t* map,
   TPU_RETURN_IF_ERROR(parse_type(l, &d, &sh));
   tpu_attrs_t at;
   memset(&at, 0, sizeof(at));
-  int64_t ints[4 * TPU_MAX_RANK + 2];
+  int64_t ints[TPU_MAX_ATTR_INTS];
   uint8_t* data = NULL;
   tpu_status_t st = NULL;
   if (accept(l, "{")) {

@@ -146,7 +146,7 @@ static PyObject* graph_node(GraphObject* self, PyObject* args, PyObject* kwargs)
   if (parse_ints(operands, ops64, 256, &n_ops) < 0) return NULL;
   tpu_value_t ops[256];
   for (int32_t i = 0; i < n_ops; i++) ops[i] = (tpu_value_t)ops64[i];
-  int64_t iv[4 * TPU_MAX_RANK + 2];
+  int64_t iv[TPU_MAX_ATTR_INTS];
   int32_t n_ints = 0;
   if (ints && parse_ints(ints, iv, (int32_t)TPU_ARRAY_SIZE(iv), &n_ints) < 0) return NULL;
   tpu_attrs_t at;

@@ -281,6 +281,42 @@ static tpu_status_t gen_expand(gen_t* G, tpu_value_t v, const amap_t* map,
       }
       return gen_node(G, x, &m2, false, reg);
     }
+    case TPU_OP_REVERSE: {
+      m2 = *map;
+      for (int32_t i = 0; i < at.n_ints; i++) {
+        int32_t d = (int32_t)at.ints[i];
+        for (int32_t k = 0; k < G->R; k++) m2.m[d][k] = -map->m[d][k];
+        m2.o[d] = (sh->dims[d] - 1) - map->o[d];
+      }
+      return gen_node(G, x, &m2, false, reg);
+    }
+    case TPU_OP_GATHER: {
+      /* the indices share the result's index space */
+      tpu_value_t ix = tpu_graph_node_operand(g, v, 1);
+      int32_t ireg;
+      TPU_RETURN_IF_ERROR(gen_node(G, ix, map, false, &ireg));
+      const tpu_location_t* loc = &G->c->locs[x];
+      if (loc->kind == TPU_LOC_NONE)
+        return TPU_STATUS(INTERNAL, "gather operand must be materialized");
+      int32_t dim = (int32_t)at.ints[0];
+      /* every dim but `dim` follows the result index */
+      amap_t mx = *map;
+      for (int32_t k = 0; k < G->R; k++) mx.m[dim][k] = 0;
+      mx.o[dim] = 0;
+      tpu_access_t a;
+      access_from_loc(G, loc, tpu_graph_node_dtype(g, x), loc->strides, &mx, &a);
+      if (loc->kind == TPU_LOC_CONSTANT) a.constant = constant_data(G, x);
+      a.gather_stride = loc->strides[dim];
+      a.gather_size = tpu_graph_node_shape(g, x)->dims[dim];
+      a.gather_dim = dim;
+      int32_t idx;
+      TPU_RETURN_IF_ERROR(add_access(G, &a, &idx));
+      in.vop = TPU_VOP_GATHER;
+      in.acc = idx;
+      in.a = (int16_t)ireg;
+      in.src_ct = (uint8_t)tpu_vtpu_compute_type(tpu_graph_node_dtype(g, ix));
+      return emit(G, in, reg);
+    }
     case TPU_OP_RESHAPE: {
       const tpu_location_t* loc = &G->c->locs[x];
       if (loc->kind == TPU_LOC_NONE) {
@@ -429,7 +465,7 @@ static int32_t allocate_registers(tpu_vinstr_t* code, int32_t n, int32_t* result
     int nops = 0;
     int16_t ops[3];
     switch (in->vop) {
-      case TPU_VOP_UNARY: case TPU_VOP_CONVERT: case TPU_VOP_NARROW: ops[nops++] = in->a; break;
+      case TPU_VOP_UNARY: case TPU_VOP_CONVERT: case TPU_VOP_NARROW: case TPU_VOP_GATHER: ops[nops++] = in->a; break;
       case TPU_VOP_BINARY: ops[nops++] = in->a; ops[nops++] = in->b; break;
       case TPU_VOP_SELECT: case TPU_VOP_CLAMP: ops[nops++] = in->a; ops[nops++] = in->b; ops[nops++] = in->c; break;
       default: break;
@@ -442,7 +478,7 @@ static int32_t allocate_registers(tpu_vinstr_t* code, int32_t n, int32_t* result
     int16_t* ops[3];
     int nops = 0;
     switch (in->vop) {
-      case TPU_VOP_UNARY: case TPU_VOP_CONVERT: case TPU_VOP_NARROW: ops[nops++] = &in->a; break;
+      case TPU_VOP_UNARY: case TPU_VOP_CONVERT: case TPU_VOP_NARROW: case TPU_VOP_GATHER: ops[nops++] = &in->a; break;
       case TPU_VOP_BINARY: ops[nops++] = &in->a; ops[nops++] = &in->b; break;
       case TPU_VOP_SELECT: case TPU_VOP_CLAMP: ops[nops++] = &in->a; ops[nops++] = &in->b; ops[nops++] = &in->c; break;
       default: break;
@@ -689,6 +725,62 @@ static tpu_status_t gen_dot(const tpu_compiled_t* c, const tpu_vtpu_executable_t
   return NULL;
 }
 
+/* Whole-array kernels: operands are read through their locations with
+ * strides per operand dim (no iteration-space folding). */
+static tpu_status_t gen_array(const tpu_compiled_t* c, const tpu_vtpu_executable_t* exe,
+                              const tpu_kernel_t* k, tpu_vkernel_t* out) {
+  const tpu_graph_t* g = c->graph;
+  tpu_value_t v = k->value;
+  tpu_attrs_t at = tpu_graph_node_attrs(g, v);
+  out->op = tpu_graph_node_op(g, v);
+  out->akind = at.kind;
+  out->n_ints = at.n_ints;
+  memcpy(out->ints, at.ints, sizeof(int64_t) * (size_t)at.n_ints);
+  out->n_opnd = tpu_graph_node_operand_count(g, v);
+  if (out->n_opnd > 3) return TPU_STATUS(INTERNAL, "array kernel with %d operands", out->n_opnd);
+  for (int32_t i = 0; i < out->n_opnd; i++) {
+    tpu_value_t o = tpu_graph_node_operand(g, v, i);
+    const tpu_location_t* l = &c->locs[o];
+    const tpu_shape_t* os = tpu_graph_node_shape(g, o);
+    tpu_access_t* a = &out->opnd[i];
+    memset(a, 0, sizeof(*a));
+    a->dtype = tpu_graph_node_dtype(g, o);
+    out->opnd_rank[i] = os->rank;
+    memcpy(out->opnd_dims[i], os->dims, sizeof(int64_t) * (size_t)os->rank);
+    out->scalar_param[i] = -1;
+    if (l->kind == TPU_LOC_NONE) {
+      if (tpu_graph_node_op(g, o) == TPU_OP_PARAMETER) {
+        out->scalar_param[i] = tpu_graph_param_index(g, o);
+      } else if (tpu_graph_node_op(g, o) == TPU_OP_CONSTANT) {
+        a->where = TPU_LOC_CONSTANT;
+        a->constant = exe->constants + exe->constant_offset[o];
+      } else {
+        return TPU_STATUS(INTERNAL, "array kernel operand %d is not materialized", i);
+      }
+      continue;
+    }
+    a->where = l->kind;
+    a->index = l->index;
+    a->byte_offset = l->offset;
+    a->elem_offset = l->elem_offset;
+    if (l->kind == TPU_LOC_CONSTANT) a->constant = exe->constants + exe->constant_offset[o];
+    memcpy(a->strides, l->strides, sizeof(int64_t) * (size_t)os->rank);
+  }
+  const tpu_shape_t* sh = tpu_graph_node_shape(g, v);
+  store_access(&k->dst, tpu_graph_node_dtype(g, v), &out->store);
+  memcpy(out->store.strides, k->dst.strides, sizeof(int64_t) * (size_t)sh->rank);
+  out->out_rank = sh->rank;
+  memcpy(out->out_dims, sh->dims, sizeof(int64_t) * (size_t)sh->rank);
+  out->out_dtype = tpu_graph_node_dtype(g, v);
+  if (out->op == TPU_OP_CONVOLUTION) {
+    const tpu_shape_t* ws = tpu_graph_node_shape(g, tpu_graph_node_operand(g, v, 1));
+    double f = 2.0 * (double)tpu_shape_numel(sh);
+    for (int32_t d = 1; d < ws->rank; d++) f *= (double)ws->dims[d];
+    out->flops = f;
+  }
+  return NULL;
+}
+
 tpu_status_t tpu_vtpu_codegen(tpu_vtpu_device_t* dev, const tpu_compiled_t* c,
                               tpu_vtpu_executable_t* exe) {
   tpu_allocator_t a = dev->base.allocator;
@@ -725,6 +817,7 @@ tpu_status_t tpu_vtpu_codegen(tpu_vtpu_device_t* dev, const tpu_compiled_t* c,
       case TPU_KERNEL_LOOP: st = gen_loop(a, c, exe, k, vk); break;
       case TPU_KERNEL_REDUCE: st = gen_reduce(a, c, exe, k, vk); break;
       case TPU_KERNEL_DOT: st = gen_dot(c, exe, k, vk); break;
+      case TPU_KERNEL_ARRAY: st = gen_array(c, exe, k, vk); break;
       default: st = TPU_STATUS(INTERNAL, "unknown kernel kind"); break;
     }
     if (st) return tpu_status_annotate(st, "kernel %d", i);

@@ -118,16 +118,26 @@ static tpu_status_t vtpu_execute(tpu_device_t* d, tpu_executable_t* e,
       dev->regs_cap = per_thread;
     }
   }
-  tpu_exec_ctx_t x = {dev, exe, args, outs, dev->temp};
+  tpu_exec_ctx_t x;
+  memset(&x, 0, sizeof(x));
+  x.dev = dev;
+  x.exe = exe;
+  x.args = args;
+  x.outs = outs;
+  x.temp = dev->temp;
   for (int32_t i = 0; !st && i < exe->n_kernels; i++) {
     const tpu_vkernel_t* k = &exe->kernels[i];
     switch (k->kind) {
       case TPU_KERNEL_LOOP: st = tpu_vtpu_run_loop(&x, k); break;
       case TPU_KERNEL_REDUCE: st = tpu_vtpu_run_reduce(&x, k); break;
       case TPU_KERNEL_DOT: st = tpu_vtpu_run_dot(&x, k); break;
+      case TPU_KERNEL_ARRAY: st = tpu_vtpu_run_array(&x, k); break;
       default: st = TPU_STATUS(INTERNAL, "unknown kernel"); break;
     }
     __atomic_add_fetch(&d->stats.kernels_run, 1, __ATOMIC_RELAXED);
+    if (!st && __atomic_load_n(&x.bad, __ATOMIC_ACQUIRE))
+      st = TPU_STATUS(OUT_OF_RANGE, "index %lld is out of bounds for dimension %d with size %lld",
+                      (long long)x.bad_index, x.bad_dim, (long long)x.bad_size);
   }
   pthread_mutex_unlock(&dev->scratch_mu);
   __atomic_add_fetch(&d->stats.executions, 1, __ATOMIC_RELAXED);

@@ -127,6 +127,11 @@ static void dgemm(int ta, int tb, int m, int n, int k, const double* a, int lda,
     ref_dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
+void tpu_vtpu_dgemm(int64_t M, int64_t N, int64_t K, const double* a, const double* b,
+                    double* c) {
+  dgemm(NO_TRANS, NO_TRANS, (int)M, (int)N, (int)K, a, (int)K, b, (int)N, 0.0, c, (int)N);
+}
+
 /* ---------------------------------------------------------- the kernel */
 
 static int64_t prod(const int64_t* d, int32_t n) {
@@ -212,6 +217,59 @@ static void int_dot(const tpu_vkernel_t* k, const int64_t* a, const int64_t* b,
           s += (uint64_t)a[(bb * M + i) * K + p] * (uint64_t)b[(bb * K + p) * N + j];
         c[(bb * M + i) * N + j] = (int64_t)s;
       }
+}
+
+/* C[B][M][N] = A[B][M][K] @ B[B][K][N] (contiguous f32) at a precision,
+ * on the device's pool. Used by convolution. */
+tpu_status_t tpu_vtpu_matmul_f32(tpu_vtpu_device_t* dev, tpu_precision_t prec, int64_t B,
+                                 int64_t M, int64_t N, int64_t K, const float* a,
+                                 const float* b, float* c, bool inputs_are_bf16) {
+  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+    return TPU_STATUS(UNIMPLEMENTED, "matmul: a dimension exceeds 2^31");
+  int64_t na = B * M * K, nb = B * K * N;
+  bool split = prec == TPU_PRECISION_HIGH && !inputs_are_bf16;
+  bool round = prec == TPU_PRECISION_DEFAULT && !inputs_are_bf16;
+  float* buf = NULL;
+  if (split || round) {
+    buf = malloc(sizeof(float) * (size_t)(2 * (na + nb)));
+    if (!buf) return TPU_STATUS(RESOURCE_EXHAUSTED, "matmul: host out of memory for operands");
+  }
+  dot_job_t j;
+  memset(&j, 0, sizeof(j));
+  j.B = B; j.M = M; j.N = N; j.K = K;
+  j.precision = prec;
+  j.a_hi = a;
+  j.b_hi = b;
+  if (round) {
+    float* ah = buf;
+    float* bh = buf + na;
+    for (int64_t i = 0; i < na; i++) ah[i] = tpu_round_bf16(a[i]);
+    for (int64_t i = 0; i < nb; i++) bh[i] = tpu_round_bf16(b[i]);
+    j.a_hi = ah;
+    j.b_hi = bh;
+  } else if (split) {
+    float* ah = buf;
+    float* bh = ah + na;
+    float* al = bh + nb;
+    float* bl = al + na;
+    for (int64_t i = 0; i < na; i++) {
+      ah[i] = tpu_round_bf16(a[i]);
+      al[i] = tpu_round_bf16(a[i] - ah[i]);
+    }
+    for (int64_t i = 0; i < nb; i++) {
+      bh[i] = tpu_round_bf16(b[i]);
+      bl[i] = tpu_round_bf16(b[i] - bh[i]);
+    }
+    j.a_hi = ah; j.b_hi = bh; j.a_lo = al; j.b_lo = bl;
+  }
+  if (!split) j.precision = TPU_PRECISION_HIGHEST; /* operands already prepared */
+  j.c = c;
+  double work = (double)M * (double)N * (double)K;
+  j.block = work > 262144.0 && N > 256 ? 256 : N;
+  j.n_blocks = (N + j.block - 1) / j.block;
+  tpu_pool_run(dev->pool, B * j.n_blocks, dot_task, &j);
+  free(buf);
+  return NULL;
 }
 
 tpu_status_t tpu_vtpu_run_dot(tpu_exec_ctx_t* x, const tpu_vkernel_t* k) {

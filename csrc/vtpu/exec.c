@@ -243,6 +243,95 @@ static inline int64_t f64_to_i64(double v) {
   return (int64_t)v;
 }
 
+/* Inverse error function: a rational first guess refined by Newton steps
+ * on erf (double precision, so float results are correctly rounded in
+ * practice). */
+static double erfinv_d(double y) {
+  if (y <= -1.0) return y == -1.0 ? -INFINITY : NAN;
+  if (y >= 1.0) return y == 1.0 ? INFINITY : NAN;
+  if (y != y) return y;
+  double w = -log((1.0 - y) * (1.0 + y)), x;
+  if (w < 5.0) {
+    w -= 2.5;
+    double p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * w;
+    p = -3.5233877e-06 + p * w;
+    p = -4.39150654e-06 + p * w;
+    p = 0.00021858087 + p * w;
+    p = -0.00125372503 + p * w;
+    p = -0.00417768164 + p * w;
+    p = 0.246640727 + p * w;
+    p = 1.50140941 + p * w;
+    x = p * y;
+  } else {
+    w = sqrt(w) - 3.0;
+    double p = -0.000200214257;
+    p = 0.000100950558 + p * w;
+    p = 0.00134934322 + p * w;
+    p = -0.00367342844 + p * w;
+    p = 0.00573950773 + p * w;
+    p = -0.0076224613 + p * w;
+    p = 0.00943887047 + p * w;
+    p = 1.00167406 + p * w;
+    p = 2.83297682 + p * w;
+    x = p * y;
+  }
+  for (int i = 0; i < 3; i++) {
+    double err = erf(x) - y;
+    x -= err / (1.1283791670955126 * exp(-x * x));
+  }
+  return x;
+}
+
+/* digamma: recurrence up to x >= 6, then the asymptotic series. */
+static double digamma_d(double x) {
+  if (x != x || x == INFINITY) return x;
+  if (x == -INFINITY) return NAN;
+  if (x <= 0 && floor(x) == x) return x == 0 ? (signbit(x) ? INFINITY : -INFINITY) : NAN;
+  double result = 0;
+  if (x < 0) {
+    /* reflection: psi(1-x) - psi(x) = pi cot(pi x) */
+    result = -3.14159265358979323846 / tan(3.14159265358979323846 * x);
+    x = 1 - x;
+  }
+  while (x < 6) {
+    result -= 1 / x;
+    x += 1;
+  }
+  double f = 1 / (x * x);
+  double t = f * (-1.0 / 12 + f * (1.0 / 120 + f * (-1.0 / 252 + f * (1.0 / 240 + f * (-1.0 / 132)))));
+  return result + log(x) - 0.5 / x + t;
+}
+
+static double lgamma_d(double x) {
+  int sign;
+  return lgamma_r(x, &sign);
+}
+
+/* Scalar math for ops with no vector kernel: evaluated in double and
+ * rounded once, identical on every code path. */
+static double chlo_d(uint16_t op, double x) {
+  switch (op) {
+    case TPU_OP_TAN: return tan(x);
+    case TPU_OP_ATAN: return atan(x);
+    case TPU_OP_ASIN: return asin(x);
+    case TPU_OP_ACOS: return acos(x);
+    case TPU_OP_SINH: return sinh(x);
+    case TPU_OP_COSH: return cosh(x);
+    case TPU_OP_ASINH: return asinh(x);
+    case TPU_OP_ACOSH: return acosh(x);
+    case TPU_OP_ATANH: return atanh(x);
+    case TPU_OP_ERF_INV: return erfinv_d(x);
+    case TPU_OP_LGAMMA: return lgamma_d(x);
+    case TPU_OP_DIGAMMA: return digamma_d(x);
+    case TPU_OP_CBRT: return cbrt(x);
+    case TPU_OP_LOG2: return log2(x);
+    case TPU_OP_LOG10: return log10(x);
+    case TPU_OP_ROUND_AFZ: return round(x);
+    default: return NAN;
+  }
+}
+
 static void run_unary_f32(uint16_t op, const float* a, float* r, int64_t n,
                           int32_t* ri) {
   switch (op) {
@@ -267,7 +356,7 @@ static void run_unary_f32(uint16_t op, const float* a, float* r, int64_t n,
     case TPU_OP_CEIL: for (int64_t i = 0; i < n; i++) r[i] = ceilf(a[i]); break;
     case TPU_OP_ROUND_EVEN: for (int64_t i = 0; i < n; i++) r[i] = nearbyintf(a[i]); break;
     case TPU_OP_IS_FINITE: for (int64_t i = 0; i < n; i++) ri[i] = isfinite(a[i]) ? 1 : 0; break;
-    default: break;
+    default: for (int64_t i = 0; i < n; i++) r[i] = (float)chlo_d(op, (double)a[i]); break;
   }
 }
 
@@ -294,7 +383,7 @@ static void run_unary_f64(uint16_t op, const double* a, double* r, int64_t n,
       case TPU_OP_CEIL: y = ceil(x); break;
       case TPU_OP_ROUND_EVEN: y = nearbyint(x); break;
       case TPU_OP_IS_FINITE: ri[i] = isfinite(x) ? 1 : 0; continue;
-      default: break;
+      default: y = chlo_d(op, x); break;
     }
     r[i] = y;
   }
@@ -310,6 +399,8 @@ static void run_unary_f64(uint16_t op, const double* a, double* r, int64_t n,
         case TPU_OP_ABS: r[i] = x < 0 ? (T)(0 - (uint64_t)x) : x; break;    \
         case TPU_OP_SIGN: r[i] = (T)((x > 0) - (x < 0)); break;             \
         case TPU_OP_NOT: r[i] = d == TPU_DTYPE_PRED ? (T)(x == 0) : (T)~x; break; \
+        case TPU_OP_POPCNT: r[i] = (T)__builtin_popcountll((uint64_t)x &                \
+            (tpu_dtype_size(d) >= 8 ? ~0ull : ((1ull << (8 * tpu_dtype_size(d))) - 1))); break; \
         default: r[i] = x; break;                                           \
       }                                                                     \
     }                                                                       \
@@ -576,6 +667,49 @@ static void rng_run(const tpu_vinstr_t* in, const int64_t* counters,
   }
 }
 
+void tpu_vtpu_note_bad_index(tpu_exec_ctx_t* x, int64_t index, int64_t size, int32_t dim) {
+  int32_t expected = 0;
+  if (__atomic_compare_exchange_n(&x->bad, &expected, 1, false, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE)) {
+    x->bad_index = index;
+    x->bad_size = size;
+    x->bad_dim = dim;
+  }
+}
+
+/* Loads operand elements at affine(acc) + index * stride; an index outside
+ * [0, size) yields a poison value and is reported (never clamped). */
+static void gather_run(tpu_exec_ctx_t* x, const space_t* sp, const tpu_access_t* a,
+                       int64_t start, int64_t len, const void* idx_reg, tpu_ct_t ict,
+                       void* out, int64_t* scratch) {
+  affine_run(sp, a, start, len, scratch);
+  const char* base = tpu_vtpu_access_base(x, a);
+  int32_t es = tpu_dtype_size(a->dtype);
+  for (int64_t i = 0; i < len; i++) {
+    int64_t ix = ict == TPU_CT_I64 ? ((const int64_t*)idx_reg)[i] : ((const int32_t*)idx_reg)[i];
+    if (TPU_UNLIKELY(ix < 0 || ix >= a->gather_size)) {
+      tpu_vtpu_note_bad_index(x, ix, a->gather_size, a->gather_dim);
+      ix = -1; /* marks poison below */
+    }
+    scratch[i] = ix < 0 ? INT64_MIN : scratch[i] + ix * a->gather_stride;
+  }
+  for (int64_t i = 0; i < len; i++) {
+    if (scratch[i] == INT64_MIN) {
+      /* poison: NaN for floats, -1 for integers */
+      union { float f; double d; int32_t i32; int64_t i64; uint16_t h; uint8_t b; } p;
+      switch (a->dtype) {
+        case TPU_DTYPE_F32: case TPU_DTYPE_BF16: case TPU_DTYPE_F16: ((float*)out)[i] = NAN; break;
+        case TPU_DTYPE_F64: ((double*)out)[i] = NAN; break;
+        case TPU_DTYPE_S64: case TPU_DTYPE_U32: case TPU_DTYPE_U64: ((int64_t*)out)[i] = -1; break;
+        default: ((int32_t*)out)[i] = -1; break;
+      }
+      (void)p;
+      continue;
+    }
+    load_run(out, i, base + scratch[i] * es, a->dtype, 0, 1);
+  }
+}
+
 /* --------------------------------------------------------- the program */
 
 static inline void* reg_at(char* regs, int32_t r) {
@@ -584,7 +718,7 @@ static inline void* reg_at(char* regs, int32_t r) {
 
 /* Runs prog over [start, start+len) of its space; returns the result
  * register. */
-static void* run_chunk(const tpu_exec_ctx_t* x, const tpu_vprogram_t* prog,
+static void* run_chunk(tpu_exec_ctx_t* x, const tpu_vprogram_t* prog,
                        int64_t start, int64_t len, char* regs,
                        int64_t* scratch_idx) {
   space_t sp = {prog->rank, prog->dims};
@@ -713,6 +847,10 @@ static void* run_chunk(const tpu_exec_ctx_t* x, const tpu_vprogram_t* prog,
       case TPU_VOP_CONVERT:
         convert_reg(reg_at(regs, in->a), (tpu_ct_t)in->src_ct, (tpu_dtype_t)in->src_dtype,
                     r, (tpu_ct_t)in->ct, (tpu_dtype_t)in->dtype, len);
+        break;
+      case TPU_VOP_GATHER:
+        gather_run(x, &sp, &prog->acc[in->acc], start, len, reg_at(regs, in->a),
+                   (tpu_ct_t)in->src_ct, r, scratch_idx);
         break;
       case TPU_VOP_NARROW:
         if (in->a != in->dst)

@@ -490,7 +490,8 @@ VM_INLINE float vm_pow1(float x, float y) {
   uint32_t sh = (uint32_t)(ey < 0 ? 0 : ey > 23 ? 23 : ey);
   uint32_t frac_mask = 0x007fffffu >> sh;
   uint32_t y_int = ey < 0 ? uy == 0u : ey > 23 ? 1u : (uy & frac_mask) == 0u;
-  uint32_t y_odd = (ey >= 0 && ey <= 23 && y_int) ? (uy >> (23u - sh)) & 1u : 0u;
+  uint32_t y_odd =
+      (ey >= 0 && ey <= 23 && y_int) ? (uy >> (23u - sh)) & 1u : 0u;
   uint32_t x_neg = vm_f2u(x) >> 31;
   res = (x_neg && y_odd) ? -res : res;
   /* Negative finite x to a non-integer finite power. */
@@ -536,8 +537,10 @@ VM_INLINE float vm_atan2_1(float y, float x) {
   a = VM_FMA(a, u, -0x1.55554ap-2f);
   float p = VM_FMA(w * u, a, w);
   /* atan2 = K + s atan(w), K a multiple of pi/4:
-   *   x >= 0, |y| <= |x|:  a0 + atan(w)        x < 0, |y| <= |x|:  pi - a0 - atan(w)
-   *   x >= 0, |y| > |x|:   pi/2 - a0 - atan(w) x < 0, |y| > |x|:   pi/2 + a0 + atan(w)
+   *   x >= 0, |y| <= |x|:  a0 + atan(w)
+   *   x >= 0, |y| > |x|:   pi/2 - a0 - atan(w)
+   *   x < 0,  |y| <= |x|:  pi - a0 - atan(w)
+   *   x < 0,  |y| > |x|:   pi/2 + a0 + atan(w)
    * and the sign of y at the end. */
   uint32_t x_neg = vm_f2u(x) >> 31;
   uint32_t n4 = swap ? (x_neg ? 2u + upper : 2u - upper)

@@ -45,6 +45,7 @@ typedef enum tpu_vop_e {
   TPU_VOP_CLAMP,      /* r = min(max(b, a), c) */
   TPU_VOP_CONVERT,    /* r = convert(a) from aux ct/dtype to ct/dtype */
   TPU_VOP_NARROW,     /* r = value of a representable in dtype (round/wrap) */
+  TPU_VOP_GATHER,     /* r = operand[affine(acc) + a * gather_stride] */
   TPU_VOP_COUNT
 } tpu_vop_t;
 
@@ -74,6 +75,9 @@ typedef struct tpu_access_s {
   tpu_dtype_t dtype;
   int64_t elem_offset;
   int64_t strides[TPU_MAX_RANK]; /* per iteration dim (elements / coefs) */
+  int64_t gather_stride;         /* gather: stride of the indexed dim */
+  int64_t gather_size;           /* gather: its size (bounds check) */
+  int32_t gather_dim;            /* gather: which dim (for messages) */
 } tpu_access_t;
 
 typedef struct tpu_vprogram_s {
@@ -107,6 +111,18 @@ typedef struct tpu_vkernel_s {
   int32_t nb, nm, nn, nk;
   int64_t lhs_dims[TPU_MAX_RANK], rhs_dims[TPU_MAX_RANK], out_dims[TPU_MAX_RANK];
   tpu_dtype_t out_dtype;
+  /* ARRAY: the op, its operands (strides per operand dim) and attributes;
+   * a rank-0 operand read by value has scalar_param >= 0 or a constant */
+  tpu_opcode_t op;
+  int32_t n_opnd;
+  tpu_access_t opnd[3];
+  int32_t opnd_rank[3];
+  int64_t opnd_dims[3][TPU_MAX_RANK];
+  int32_t scalar_param[3];
+  int32_t out_rank;
+  int64_t ints[TPU_MAX_ATTR_INTS];
+  int32_t n_ints;
+  int32_t akind;
   double flops;
 } tpu_vkernel_t;
 
@@ -151,7 +167,14 @@ typedef struct tpu_exec_ctx_s {
   const tpu_arg_t* args;
   const tpu_arg_t* outs;
   char* temp;
+  /* first out-of-range index seen by any thread (error reporting) */
+  int32_t bad;          /* atomic flag */
+  int64_t bad_index, bad_size;
+  int32_t bad_dim;
 } tpu_exec_ctx_t;
+
+/* Records an out-of-range index (first one wins). */
+void tpu_vtpu_note_bad_index(tpu_exec_ctx_t* x, int64_t index, int64_t size, int32_t dim);
 void* tpu_vtpu_access_base(const tpu_exec_ctx_t* x, const tpu_access_t* a);
 tpu_status_t tpu_vtpu_run_loop(tpu_exec_ctx_t* x, const tpu_vkernel_t* k);
 tpu_status_t tpu_vtpu_run_reduce(tpu_exec_ctx_t* x, const tpu_vkernel_t* k);
@@ -161,8 +184,16 @@ void tpu_vtpu_copy_strided(void* dst, tpu_dtype_t dst_dtype,
                            tpu_dtype_t src_dtype, const int64_t* src_strides,
                            int32_t rank, const int64_t* dims);
 
+/* array.c: pad, scatter, sort, cumulative, reduce_window, convolution */
+tpu_status_t tpu_vtpu_run_array(tpu_exec_ctx_t* x, const tpu_vkernel_t* k);
+
 /* dot.c */
 tpu_status_t tpu_vtpu_run_dot(tpu_exec_ctx_t* x, const tpu_vkernel_t* k);
+tpu_status_t tpu_vtpu_matmul_f32(tpu_vtpu_device_t* dev, tpu_precision_t prec, int64_t B,
+                                 int64_t M, int64_t N, int64_t K, const float* a,
+                                 const float* b, float* c, bool inputs_are_bf16);
+/* f64 C = A @ B (row-major, contiguous), one call. */
+void tpu_vtpu_dgemm(int64_t M, int64_t N, int64_t K, const double* a, const double* b, double* c);
 
 /* rng.c: Philox4x32-10 keyed by seed; counter = offset + element index. */
 void tpu_vtpu_philox(uint64_t seed, uint64_t counter, uint32_t out[4]);

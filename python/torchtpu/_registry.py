@@ -96,9 +96,31 @@ def lowering(*names, runtime=(), uses_precision=False, allow_cpu_tensors=False):
     return deco
 
 
+def composite(*names):
+    """Registers a Python kernel for aten overloads that is written with other
+    aten ops on tpu tensors (each of which runs through its own lowering), for
+    ops whose output size depends on data (nonzero) or that chain several
+    lowered ops (transformer fast paths). Counted in registered_ops()."""
+
+    def deco(fn):
+        for name in names:
+            ns, _, short = name.partition("::")
+            if ns not in _LIBS:
+                _LIBS[ns] = torch.library.Library(ns, "IMPL")
+            _LIBS[ns].impl(short, fn, "PrivateUse1")
+            _COMPOSITES[name] = fn
+        return fn
+
+    return deco
+
+
+_COMPOSITES = {}
+
+
 def registered_ops():
-    """Names of the aten overloads with a tpu lowering."""
-    return sorted(_OPS)
+    """Names of the aten overloads with a tpu implementation (a lowering rule
+    or a composite of lowered ops)."""
+    return sorted(set(_OPS) | set(_COMPOSITES))
 
 
 def op_handle(name):

@@ -2,10 +2,25 @@
 from . import _C, _fallback, _registry
 
 
+_sync_causes = {}
+
+
+def record_sync(cause: str) -> None:
+    """Counts a host synchronization forced by an op whose output shape
+    depends on data (nonzero, masked_select, boolean indexing, unique)."""
+    _sync_causes[cause] = _sync_causes.get(cause, 0) + 1
+
+
+def sync_counts() -> dict:
+    """Data-dependent synchronizations by cause ({'aten::nonzero': 2})."""
+    return dict(_sync_causes)
+
+
 def counters() -> dict:
     """All counters as a flat dict."""
     s = dict(_C.stats())
     s["cpu_fallbacks"] = sum(_fallback.counts().values())
+    s["data_dependent_syncs"] = sum(_sync_causes.values())
     return s
 
 
@@ -17,7 +32,7 @@ def fallback_counts() -> dict:
 def op_counts() -> dict:
     """Per-op call counts of ops with a tpu lowering."""
     out = {}
-    for name in _registry.registered_ops():
+    for name in _registry._OPS:
         op = _registry.op_handle(name)
         if op.calls:
             out[name] = op.calls
@@ -27,7 +42,7 @@ def op_counts() -> dict:
 def compile_counts() -> dict:
     """Per-op lowering counts (cache misses)."""
     out = {}
-    for name in _registry.registered_ops():
+    for name in _registry._OPS:
         op = _registry.op_handle(name)
         if op.misses:
             out[name] = op.misses
@@ -37,6 +52,7 @@ def compile_counts() -> dict:
 def reset() -> None:
     _C.reset_stats()
     _fallback.reset()
+    _sync_causes.clear()
 
 
 def short_report() -> str:
@@ -60,6 +76,11 @@ def report() -> str:
         comp = compile_counts()
         for name, n in sorted(ops.items(), key=lambda kv: -kv[1]):
             lines.append(f"    {name:45s} {n:8d} / {comp.get(name, 0)}")
+    sc = sync_counts()
+    if sc:
+        lines.append("  data-dependent syncs (calls):")
+        for name, n in sorted(sc.items(), key=lambda kv: -kv[1]):
+            lines.append(f"    {name:45s} {n:8d}")
     fb = fallback_counts()
     if fb:
         lines.append("  CPU fallbacks (calls):")

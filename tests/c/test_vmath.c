@@ -263,16 +263,20 @@ TEST(test_dispatch) {
   CHECK(strcmp(tpu_vmath_isa(), "portable") == 0);
   tpu_vmath_set_portable(false);
   CHECK_EQ(tpu_vmath_is_vectorized(), avx);
+  const char* env = getenv("TORCHTPU_ISA");
+  bool env_portable = env && strcmp(env, "portable") == 0;
+  if (env_portable) CHECK(!avx);
 #if defined(__x86_64__) && defined(__GNUC__)
   tpu_cpu_features_t f = tpu_cpu_features();
+  /* A capable CPU must get the vector path unless the env forbids it. */
   if (f.avx512f && f.avx512bw && f.avx512vl && f.fma &&
-      __builtin_cpu_supports("avx512dq"))
-    CHECK(avx); /* a capable CPU must get the vector path */
+      __builtin_cpu_supports("avx512dq") && !env_portable)
+    CHECK(avx);
 #endif
   if (!avx)
     fprintf(stderr,
-            "  note: no AVX-512 on this CPU: portable == avx512 identity "
-            "checks are skipped\n");
+            "  note: %s: portable == avx512 identity checks are skipped\n",
+            env_portable ? "TORCHTPU_ISA=portable" : "no AVX-512 on this CPU");
 }
 
 /* TORCHTPU_ISA=portable is read once, at first use: check it in a child

@@ -30,6 +30,8 @@ typedef enum tpu_kernel_kind_e {
   TPU_KERNEL_LOOP = 0, /* a fused elementwise region stored to a target */
   TPU_KERNEL_REDUCE,   /* reduce with a fused input region */
   TPU_KERNEL_DOT,      /* dot_general on materialized operands */
+  TPU_KERNEL_ARRAY,    /* a whole-array op (pad, scatter, sort, cumulative,
+                          reduce_window, convolution) on materialized operands */
   TPU_KERNEL_COUNT
 } tpu_kernel_kind_t;
 

@@ -17,6 +17,8 @@ extern "C" {
 #endif
 
 #define TPU_MAX_RANK 16
+/* The most integer attributes an op takes (reduce_window: 5 per dim). */
+#define TPU_MAX_ATTR_INTS (6 * TPU_MAX_RANK + 4)
 
 typedef struct tpu_shape_s {
   int32_t rank;
@@ -70,6 +72,23 @@ void tpu_shape_contiguous_strides(const tpu_shape_t* s, int64_t* strides);
   X(NOT, "not", 1, 1, UNARY)                                    \
   X(IS_FINITE, "is_finite", 1, 1, UNARY)                        \
   X(CONVERT, "convert", 1, 1, UNARY)                            \
+  X(TAN, "tan", 1, 1, UNARY)                                    \
+  X(ATAN, "atan", 1, 1, UNARY)                                  \
+  X(ASIN, "asin", 1, 1, UNARY)                                  \
+  X(ACOS, "acos", 1, 1, UNARY)                                  \
+  X(SINH, "sinh", 1, 1, UNARY)                                  \
+  X(COSH, "cosh", 1, 1, UNARY)                                  \
+  X(ASINH, "asinh", 1, 1, UNARY)                                \
+  X(ACOSH, "acosh", 1, 1, UNARY)                                \
+  X(ATANH, "atanh", 1, 1, UNARY)                                \
+  X(ERF_INV, "erf_inv", 1, 1, UNARY)                            \
+  X(LGAMMA, "lgamma", 1, 1, UNARY)                              \
+  X(DIGAMMA, "digamma", 1, 1, UNARY)                            \
+  X(CBRT, "cbrt", 1, 1, UNARY)                                  \
+  X(LOG2, "log2", 1, 1, UNARY)                                  \
+  X(LOG10, "log10", 1, 1, UNARY)                                \
+  X(ROUND_AFZ, "round_nearest_afz", 1, 1, UNARY)                \
+  X(POPCNT, "popcnt", 1, 1, UNARY)                              \
   /* elementwise binary */                                      \
   X(ADD, "add", 2, 2, BINARY)                                   \
   X(SUBTRACT, "subtract", 2, 2, BINARY)                         \
@@ -96,10 +115,19 @@ void tpu_shape_contiguous_strides(const tpu_shape_t* s, int64_t* strides);
   X(TRANSPOSE, "transpose", 1, 1, SHAPE)                        \
   X(SLICE, "slice", 1, 1, SHAPE)                                \
   X(CONCATENATE, "concatenate", 1, -1, SHAPE)                   \
+  X(REVERSE, "reverse", 1, 1, SHAPE)                            \
+  X(GATHER, "gather", 2, 2, SHAPE)                              \
+  /* whole-array kernels (operands materialized) */             \
+  X(PAD, "pad", 2, 2, OTHER)                                    \
+  X(SCATTER, "scatter", 3, 3, OTHER)                            \
+  X(SORT, "sort", 1, 1, OTHER)                                  \
+  X(CUMULATIVE, "cumulative", 1, 1, OTHER)                      \
+  X(REDUCE_WINDOW, "reduce_window", 1, 1, OTHER)                \
   /* reductions */                                              \
   X(REDUCE, "reduce", 1, 1, REDUCE)                             \
   /* contractions */                                            \
-  X(DOT_GENERAL, "dot_general", 2, 2, CONTRACT)
+  X(DOT_GENERAL, "dot_general", 2, 2, CONTRACT)                 \
+  X(CONVOLUTION, "convolution", 2, 2, CONTRACT)
 
 typedef enum tpu_opcode_e {
 #define TPU_OP_ENUM_(e, n, lo, hi, c) TPU_OP_##e,
@@ -127,8 +155,20 @@ typedef enum tpu_reduce_kind_e {
   TPU_REDUCE_MIN,
   TPU_REDUCE_AND,
   TPU_REDUCE_OR,
+  TPU_REDUCE_ARGMAX, /* s64 index of the first maximum (NaN is maximal) */
+  TPU_REDUCE_ARGMIN, /* s64 index of the first minimum (NaN is minimal) */
   TPU_REDUCE_COUNT
 } tpu_reduce_kind_t;
+
+/* Scatter modes (scatter). */
+typedef enum tpu_scatter_mode_e {
+  TPU_SCATTER_REPLACE = 0, /* the last update in index order wins */
+  TPU_SCATTER_ADD,
+  TPU_SCATTER_MUL,
+  TPU_SCATTER_MAX,
+  TPU_SCATTER_MIN,
+  TPU_SCATTER_COUNT
+} tpu_scatter_mode_t;
 
 /* Matmul precision (StableHLO precision_config). */
 typedef enum tpu_precision_e {
@@ -155,6 +195,40 @@ typedef enum tpu_param_kind_e {
 
 typedef int32_t tpu_value_t;
 #define TPU_NO_VALUE ((tpu_value_t)-1)
+
+/* Attributes by op (attrs.kind / attrs.ints):
+ *   compare        kind = tpu_cmp_t
+ *   convert        dtype = target
+ *   iota           ints = [dim]; explicit result type
+ *   rng            kind = tpu_rng_dist_t; operands (seed, offset) ui64 scalars
+ *   broadcast_in_dim ints = operand dim -> result dim; explicit result type
+ *   reshape        explicit result type
+ *   transpose      ints = permutation
+ *   slice          ints = [start..., limit..., stride...]
+ *   concatenate    ints = [dim]
+ *   reverse        ints = dims to reverse
+ *   gather         ints = [dim]; operands (operand, indices): result[i] =
+ *                  operand[i with i[dim] := indices[i]] (torch.gather);
+ *                  result shape = indices shape; an index out of range is
+ *                  an error of the running kernel, never clamped
+ *   pad            operands (operand, rank-0 value); ints = [low..., high...,
+ *                  interior...]; negative low/high crop
+ *   scatter        kind = tpu_scatter_mode_t; ints = [dim]; operands
+ *                  (operand, indices, updates), indices/updates same shape
+ *   sort           kind = 1 descending / 0 ascending; ints = [dim]; result:
+ *                  s64 indices of a stable sort (NaN sorts as largest)
+ *   cumulative     kind = tpu_reduce_kind_t (sum/prod/max/min); ints = [dim]
+ *   reduce         kind = tpu_reduce_kind_t; ints = reduced dims
+ *   reduce_window  kind = tpu_reduce_kind_t; ints = [window..., strides...,
+ *                  pad_low..., pad_high..., dilation...] (5 x rank); argmax/
+ *                  argmin give the s64 flat index inside the window
+ *   dot_general    kind = tpu_precision_t; ints = [nb, nc, lhs_batch...,
+ *                  rhs_batch..., lhs_contract..., rhs_contract...]
+ *   convolution    kind = tpu_precision_t; lhs [N, C, spatial...], rhs
+ *                  [O, C/groups, spatial...]; ints = [ns, strides[ns],
+ *                  pad_low[ns], pad_high[ns], lhs_dilation[ns],
+ *                  rhs_dilation[ns], groups]; result [N, O, spatial...]
+ */
 
 /* Op attributes. Which fields an op reads is stated in its table row and in
  * tpu_graph_add_* below; unused fields are zero. When passed in, ints is
