@@ -451,6 +451,8 @@ static tpu_status_t infer_array(const tpu_graph_t* g, tpu_opcode_t op,
   char sa[160];
   tpu_shape_format(&a->shape, sa, sizeof sa);
   switch (op) {
+    case TPU_OP_COPY:
+      return set_or_check(op, ex, a->dtype, &a->shape, dt, sh);
     case TPU_OP_REVERSE: {
       for (int32_t i = 0; i < at->n_ints; i++)
         if (at->ints[i] < 0 || at->ints[i] >= r)
@@ -675,6 +677,7 @@ tpu_infer_fn_t tpu_op_infer_fn(tpu_opcode_t op) {
     case TPU_OP_CONVOLUTION: return infer_conv;
     case TPU_OP_REDUCE_WINDOW: return infer_window;
     case TPU_OP_REVERSE:
+    case TPU_OP_COPY:
     case TPU_OP_GATHER:
     case TPU_OP_PAD:
     case TPU_OP_SCATTER:

@@ -281,6 +281,8 @@ static tpu_status_t gen_expand(gen_t* G, tpu_value_t v, const amap_t* map,
       }
       return gen_node(G, x, &m2, false, reg);
     }
+    case TPU_OP_COPY:
+      return gen_node(G, x, map, false, reg);
     case TPU_OP_REVERSE: {
       m2 = *map;
       for (int32_t i = 0; i < at.n_ints; i++) {

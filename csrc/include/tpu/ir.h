@@ -116,6 +116,7 @@ void tpu_shape_contiguous_strides(const tpu_shape_t* s, int64_t* strides);
   X(SLICE, "slice", 1, 1, SHAPE)                                \
   X(CONCATENATE, "concatenate", 1, -1, SHAPE)                   \
   X(REVERSE, "reverse", 1, 1, SHAPE)                            \
+  X(COPY, "copy", 1, 1, SHAPE) /* materializes its operand */   \
   X(GATHER, "gather", 2, 2, SHAPE)                              \
   /* whole-array kernels (operands materialized) */             \
   X(PAD, "pad", 2, 2, OTHER)                                    \

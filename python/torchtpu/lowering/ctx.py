@@ -72,6 +72,7 @@ class LowerCtx:
         self._inputs = {}        # tensor index -> V
         self._scalars = {}       # scalar name -> V
         self._meta = None
+        self._strided_params = set()
         self._positions = self._flat_positions(pos_names, kinds or {})
 
     def _flat_positions(self, pos_names, kinds):
@@ -127,6 +128,8 @@ class LowerCtx:
         else:
             vid = self.g.param(DTYPE_CODE[t.dtype], tuple(t.shape), tuple(t.stride()))
             v = V(vid, t.dtype, t.shape)
+            if not t.is_contiguous():
+                self._strided_params.add(vid)
         self.binds.append((_C.B_TENSOR, k))
         self._inputs[k] = v
         return v
@@ -225,7 +228,13 @@ class LowerCtx:
     def reshape(self, v, shape):
         if tuple(shape) == v.shape:
             return v
+        if v.id in self._strided_params:
+            v = self.materialize(v)   # reshape reads its operand linearly
         return self.op("reshape", v, dtype=v.dtype, shape=tuple(shape))
+
+    def materialize(self, v):
+        """v stored contiguously (a kernel boundary)."""
+        return self.op("copy", v)
 
     def iota(self, dtype, shape, dim):
         return self.op("iota", ints=(dim,), dtype=dtype, shape=shape)
