@@ -95,6 +95,31 @@ def time_loop(loop, values, n, reps, sync=None):
     return median(total), median(ret)
 
 
+def time_interleaved(cases, n, reps, sync=None, before=None):
+    """Times several loops in round-robin, so that load from other processes
+    hits all of them alike. cases: [(name, loop, values, mode)], where mode
+    is passed to before(mode) ahead of each loop (e.g. to switch execution
+    mode). Returns {name: (median s/iter incl. sync, median s/iter until the
+    loop returned)}."""
+    total = {c[0]: [] for c in cases}
+    ret = {c[0]: [] for c in cases}
+    for _ in range(reps):
+        for name, loop, values, mode in cases:
+            if before:
+                before(mode)
+            if sync:
+                sync()
+            t0 = time.perf_counter()
+            loop(n, *values)
+            t1 = time.perf_counter()
+            if sync:
+                sync()
+            t2 = time.perf_counter()
+            total[name].append((t2 - t0) / n)
+            ret[name].append((t1 - t0) / n)
+    return {k: (median(total[k]), median(ret[k])) for k in total}
+
+
 def time_call(fn, reps, sync=None, warmup=1):
     """Median seconds of fn() (+ sync) over reps runs after warmup runs."""
     for _ in range(warmup):

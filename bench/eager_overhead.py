@@ -12,7 +12,7 @@ import sys
 import time
 
 from _common import (header, import_torchtpu, make_loop, median, ratio, set_mode,
-                     table, time_loop)
+                     table, time_interleaved)
 
 torch, torchtpu = import_torchtpu()
 _C = torchtpu._C
@@ -52,34 +52,35 @@ def per_op_table(n, reps):
     cpu = make_values("cpu")
     tpu = make_values("tpu")
     sync = torch.tpu.synchronize
+    mode = lambda debug: set_mode(torchtpu, debug) if debug is not None else None  # noqa: E731
     rows = []
     ratios_strict, ratios_debug = [], []
     s0 = _C.stats()
-    timed_misses = 0
+    timed_lowerings = 0
     for label, stmt, names in OPS:
         loop = make_loop(stmt, names)
         cv = [cpu[k] for k in names]
         tv = [tpu[k] for k in names]
         loop(50, *cv)
-        t_cpu, _ = time_loop(loop, cv, n, reps)
-        set_mode(torchtpu, debug=False)
-        loop(50, *tv)  # first call lowers and compiles; the rest hit the cache
-        sync()
+        for debug in (False, True):
+            set_mode(torchtpu, debug)
+            loop(50, *tv)  # the first call lowers and compiles; later calls hit the cache
+            sync()
         before = _C.stats()["lowerings"]
-        t_strict, t_ret = time_loop(loop, tv, n, reps, sync)
-        set_mode(torchtpu, debug=True)
-        loop(50, *tv)
-        t_debug, _ = time_loop(loop, tv, n, reps, sync)
-        set_mode(torchtpu, debug=False)
-        timed_misses += _C.stats()["lowerings"] - before
+        r = time_interleaved([("cpu", loop, cv, None), ("strict", loop, tv, False),
+                              ("debug", loop, tv, True)], n, reps, sync, mode)
+        set_mode(torchtpu, False)
+        timed_lowerings += _C.stats()["lowerings"] - before
+        t_cpu, t_strict, t_ret, t_debug = r["cpu"][0], r["strict"][0], r["strict"][1], r["debug"][0]
         ratios_strict.append(t_strict / t_cpu)
         ratios_debug.append(t_debug / t_cpu)
         rows.append([label, us(t_cpu), us(t_strict), us(t_ret), us(t_debug),
                      ratio(t_strict, t_cpu), ratio(t_debug, t_cpu)])
-    print(f"\nPer-op time, microseconds (median of {reps} loops of {n} calls)")
+    print(f"\nPer-op time, microseconds (median of {reps} loops of {n} calls; CPU, strict and")
+    print("debug loops run in round-robin so that host load hits them alike)")
     print("  strict = N calls + one torch.tpu.synchronize(), divided by N (amortized)")
     print("  return = the same loop until the last call returned (submit side only)")
-    print("  debug  = TPU_LAUNCH_BLOCKING-style synchronous eager, per call")
+    print("  debug  = debug eager (DEFER_NEVER_AND_LAUNCH_BLOCKING): each call waits for its op")
     table(["op", "CPU eager", "tpu strict", "tpu return", "tpu debug",
            "strict/CPU", "debug/CPU"], rows)
     gm = lambda xs: torch.tensor(xs).log().mean().exp().item()  # noqa: E731
@@ -87,8 +88,8 @@ def per_op_table(n, reps):
           f"debug/CPU {gm(ratios_debug):.1f}x")
     s1 = _C.stats()
     print(f"tpu counters over this table: dispatches +{s1['dispatches'] - s0['dispatches']}, "
-          f"lowerings +{s1['lowerings'] - s0['lowerings']} ({timed_misses} inside timed loops), "
-          f"cache hits +{s1['cache_hits'] - s0['cache_hits']}, "
+          f"lowerings +{s1['lowerings'] - s0['lowerings']} ({timed_lowerings} inside timed "
+          f"loops), cache hits +{s1['cache_hits'] - s0['cache_hits']}, "
           f"tensors created +{s1['tensors_created'] - s0['tensors_created']}")
     return tpu
 
@@ -134,14 +135,15 @@ def stage_breakdown(tpu, n, reps):
     _lib, noop = _define_noop()
     add, add_ = torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor
 
-    m = {}  # name -> (strict total, return-only) seconds per call
+    cases = []
 
-    def measure(name, stmt, **vals):
+    def measure(name, stmt, debug=False, **vals):
         loop = make_loop(stmt, tuple(vals))
         args = list(vals.values())
+        set_mode(torchtpu, debug)
         loop(100, *args)
         sync()
-        m[name] = time_loop(loop, args, n, reps, sync)
+        cases.append((name, loop, args, debug))
 
     measure("a", "add(x, y)", add=add, x=x, y=y)
     measure("b", "add_(x, y)", add_=add_, x=x, y=y)
@@ -164,13 +166,13 @@ def stage_breakdown(tpu, n, reps):
     measure("k_cpu", "x.view(-1)", x=xc)
     measure("l", "x + y", x=x, y=y)
     measure("l_cpu", "x + y", x=xc, y=yc)
-    set_mode(torchtpu, debug=True)
-    measure("l_dbg", "x + y", x=x, y=y)
+    measure("l_dbg", "x + y", debug=True, x=x, y=y)
+    m = time_interleaved(cases, n, reps, sync, lambda debug: set_mode(torchtpu, debug))
     set_mode(torchtpu, debug=False)
 
     r = {k: v[1] for k, v in m.items()}  # submit side: time until the call returns
     print(f"\nStrict-eager stage breakdown of aten::add.Tensor on 16x16 float32 "
-          f"(microseconds per call, median of {reps} loops of {n})")
+          f"(microseconds per call,\nmedian of {reps} round-robin loops of {n} calls)")
     print("Measured primitives (time until the call returns, strict mode):")
     prim = [
         ["[a] torch.ops.aten.add.Tensor(x, y)", us(r["a"]), "the whole submit path"],
@@ -229,7 +231,9 @@ def stage_breakdown(tpu, n, reps):
     print(f"  worker backlog not overlapped (strict total - return) for [a]: "
           f"{us(m['a'][0] - m['a'][1])} us")
     print(f"  debug eager x + y - strict return x + y = {us(r['l_dbg'] - r['l'])} us "
-          "(execution + cross-thread handoff, not overlapped)")
+          "(debug eager runs the op on the calling thread; strict hands it to the")
+    print("    stream worker, so a negative value means the asynchronous handoff costs "
+          "more than running the op)")
 
 
 def miss_cost():

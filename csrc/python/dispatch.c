@@ -68,12 +68,55 @@ typedef struct {
   tpu_py_tensor_t* t;
   int32_t n, cap;
   tpu_py_tensor_t small[16];
-  PyObject* scalars[16]; /* borrowed */
-  PyObject* scalar_names[16];
-  int32_t n_scalars;
+  /* runtime scalars: values borrowed, names owned (list elements get
+   * "name.i") */
+  PyObject** scalars;
+  PyObject** scalar_names;
+  int32_t n_scalars, cap_scalars;
+  PyObject* scalars_small[16];
+  PyObject* names_small[16];
   tpu_hasher_t h;
   bool has_tpu;
 } flat_t;
+
+static int flat_push_scalar(flat_t* f, PyObject* name, PyObject* v) {
+  if (f->n_scalars == f->cap_scalars) {
+    int32_t nc = f->cap_scalars * 2;
+    PyObject** ns = malloc(sizeof(PyObject*) * (size_t)nc);
+    PyObject** nn = malloc(sizeof(PyObject*) * (size_t)nc);
+    if (!ns || !nn) {
+      free(ns);
+      free(nn);
+      PyErr_NoMemory();
+      return -1;
+    }
+    memcpy(ns, f->scalars, sizeof(PyObject*) * (size_t)f->n_scalars);
+    memcpy(nn, f->scalar_names, sizeof(PyObject*) * (size_t)f->n_scalars);
+    if (f->scalars != f->scalars_small) free(f->scalars);
+    if (f->scalar_names != f->names_small) free(f->scalar_names);
+    f->scalars = ns;
+    f->scalar_names = nn;
+    f->cap_scalars = nc;
+  }
+  Py_INCREF(name);
+  f->scalars[f->n_scalars] = v;
+  f->scalar_names[f->n_scalars] = name;
+  f->n_scalars++;
+  tpu_hasher_add_u64(&f->h, 0x73);
+  tpu_hasher_add_u64(&f->h, (uint64_t)(uintptr_t)Py_TYPE(v));
+  return 0;
+}
+
+static void flat_free(flat_t* f) {
+  for (int32_t i = 0; i < f->n_scalars; i++) Py_DECREF(f->scalar_names[i]);
+  if (f->scalars != f->scalars_small) free(f->scalars);
+  if (f->scalar_names != f->names_small) free(f->scalar_names);
+  if (f->t != f->small) free(f->t);
+}
+
+static int is_number(PyObject* o) {
+  return PyLong_Check(o) || PyFloat_Check(o) || PyBool_Check(o) || PyComplex_Check(o);
+}
 
 static int flat_push_tensor(flat_t* f, PyObject* obj, const OpObject* op) {
   if (f->n == f->cap) {
@@ -183,10 +226,6 @@ static int flatten_arg(flat_t* f, const OpObject* op, int kind, PyObject* name,
       return 0;
     }
     case K_SCALAR:
-      if (f->n_scalars >= 16) {
-        PyErr_SetString(PyExc_ValueError, "too many runtime scalars");
-        return -1;
-      }
       if (v == Py_None || is_tensor(v)) {
         /* None or a tensor changes the program: treat as static/tensor */
         if (v == Py_None) {
@@ -195,12 +234,31 @@ static int flatten_arg(flat_t* f, const OpObject* op, int kind, PyObject* name,
         }
         return flat_push_tensor(f, v, op);
       }
-      tpu_hasher_add_u64(&f->h, 0x73);
-      tpu_hasher_add_u64(&f->h, (uint64_t)(uintptr_t)Py_TYPE(v));
-      f->scalars[f->n_scalars] = v;
-      f->scalar_names[f->n_scalars] = name;
-      f->n_scalars++;
-      return 0;
+      if (PyList_Check(v) || PyTuple_Check(v)) {
+        /* a ScalarList: every element is a runtime operand "name.i" */
+        PyObject* seq = PySequence_Fast(v, "");
+        if (!seq) return -1;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        tpu_hasher_add_u64(&f->h, 0x74 ^ ((uint64_t)n << 8));
+        for (Py_ssize_t i = 0; i < n; i++) {
+          PyObject* e = PySequence_Fast_GET_ITEM(seq, i);
+          int rc;
+          if (is_number(e)) {
+            PyObject* en = PyUnicode_FromFormat("%S.%zd", name, i);
+            rc = en ? flat_push_scalar(f, en, e) : -1;
+            Py_XDECREF(en);
+          } else {
+            rc = hash_static(&f->h, e, 1);
+          }
+          if (rc < 0) {
+            Py_DECREF(seq);
+            return -1;
+          }
+        }
+        Py_DECREF(seq);
+        return 0;
+      }
+      return flat_push_scalar(f, name, v);
     default:
       return hash_static(&f->h, v, 0);
   }
@@ -284,6 +342,9 @@ static PyObject* op_call(OpObject* self, PyObject* args, PyObject* kwargs) {
   f.n = 0;
   f.cap = 16;
   f.n_scalars = 0;
+  f.cap_scalars = 16;
+  f.scalars = f.scalars_small;
+  f.scalar_names = f.names_small;
   f.has_tpu = false;
   tpu_hasher_init(&f.h, self->name_hash ^ tpu_py.config_hash);
   PyObject* result = NULL;
@@ -414,7 +475,7 @@ static PyObject* op_call(OpObject* self, PyObject* args, PyObject* kwargs) {
 done:
   Py_XDECREF(outs);
   tpu_executable_release(exe);
-  if (f.t != f.small) free(f.t);
+  flat_free(&f);
   return result;
 }
 

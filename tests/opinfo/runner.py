@@ -98,19 +98,11 @@ class _Worker:
             ov = _resolve(torch, name)
             if ov is not None and torch.Tag.core in ov.tags:
                 core.append(name)
-        native, composite = [], []
-        has = torch._C._dispatch_has_kernel_for_dispatch_key
-        for name in torch._C._dispatch_get_all_op_names():
-            if not name.startswith("aten::"):
-                continue
-            if has(name, "PrivateUse1"):
-                native.append(name)
-            elif (has(name, "CompositeExplicitAutograd")
-                  or has(name, "CompositeExplicitAutogradNonFunctional")):
-                composite.append(name)
+        native = [name for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith("aten::")
+                  and torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1")]
         self.emit(t="meta", torch=torch.__version__, registered=self.torchtpu.registered_ops(),
-                  core=sorted(core), native=sorted(native), composite=sorted(composite),
-                  pid=os.getpid())
+                  core=sorted(core), native=sorted(native), pid=os.getpid())
 
     # --------------------------------------------------------------- units
     def units(self):
@@ -747,7 +739,6 @@ class Results:
         self.registered = set(meta["registered"])
         self.core = set(meta["core"])
         self.native = set(meta["native"])
-        self.composite = set(meta.get("composite", ()))
         self.ops = {}           # aten op -> OpStats
         self.units = {}         # (opinfo, dtype) -> dict
         self.samples = [r for r in records if r["t"] == "sample"]
@@ -852,8 +843,6 @@ class Results:
             return "yes"
         if name in self.native:
             return "native"
-        if name in self.composite:
-            return "composite"
         return "no"
 
     def markdown(self, command):
@@ -903,9 +892,8 @@ class Results:
           "this op: the op that raised, else the first op whose own result differed "
           "from the same op run on CPU copies of its tpu inputs (the per-op check). "
           "`lowered`: `yes` = a tpu lowering (`torchtpu.registered_ops()`), `native` = "
-          "a storage/metadata kernel of the backend, `composite` = PyTorch's "
-          "CompositeExplicitAutograd kernel (runs the ops it calls on the tpu), `no` = "
-          "CPU fallback only. `falls back via` = the fallback overloads that ran inside "
+          "a storage/metadata kernel of the backend, `no` = neither (the op runs "
+          "through PyTorch's composite kernel or the CPU fallback). `falls back via` = the fallback overloads that ran inside "
           "this op (a functional op often falls back through its `out=` overload).")
         w("")
         w("## Summary")
