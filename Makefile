@@ -22,7 +22,7 @@ build:
 demo: setup
 	$(PYTHON) examples/mlp_demo.py
 
-test: setup test-c test-py
+test: setup test-c test-tsan test-py
 
 $(BUILD)/ctest/libcore.a: $(CORE_SRCS) $(CORE_HDRS)
 	@mkdir -p $(BUILD)/ctest/obj
@@ -38,6 +38,21 @@ test-c: $(CTESTS)
 	@set -e; for t in $(CTESTS); do echo "== $$t"; \
 	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  TPU_VMATH_TEST_STRIDE=$${TPU_VMATH_TEST_STRIDE:-1009} $$t; done
+
+# the stream/worker tests again under ThreadSanitizer
+TSAN := -fsanitize=thread -fno-omit-frame-pointer
+$(BUILD)/tsan/libcore.a: $(CORE_SRCS) $(CORE_HDRS)
+	@mkdir -p $(BUILD)/tsan/obj
+	@set -e; for f in $(CORE_SRCS); do \
+	  o=$(BUILD)/tsan/obj/$$(echo $$f | tr / _).o; \
+	  $(CC) $(CFLAGS_COMMON) -O1 -g $(TSAN) -c $$f -o $$o; done
+	@rm -f $@ && ar rcs $@ $(BUILD)/tsan/obj/*.o
+
+$(BUILD)/tsan/test_runtime: tests/c/test_runtime.c tests/c/harness.h $(BUILD)/tsan/libcore.a
+	$(CC) $(CFLAGS_COMMON) -O1 -g $(TSAN) $< $(BUILD)/tsan/libcore.a -o $@ -ldl -lm
+
+test-tsan: $(BUILD)/tsan/test_runtime
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/tsan/test_runtime
 
 test-py:
 	$(PYTHON) -m pytest -q tests/python

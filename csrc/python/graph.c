@@ -470,6 +470,7 @@ PyObject* tpu_py_run(tpu_executable_t* exe, PyObject* const* params,
     for (Py_ssize_t i = 0; i < n_params; i++) tpu_buffer_release(args[i].buffer);
   } else {
     st = tpu_stream_enqueue(tpu_py.stream, exe, args, outs, site);
+    if (!st) tpu_py_note_site();
   }
   tpu_py.stats.executions++;
   if (st) {

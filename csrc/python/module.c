@@ -31,6 +31,44 @@ PyObject* tpu_py_raise(tpu_status_t st) {
   return NULL;
 }
 
+/* Enqueue sites of recent work: the innermost Python frame's code object
+ * and instruction offset, kept for the last SITE_RING items. */
+#define SITE_RING 4096
+static struct {
+  uint64_t seq;
+  PyObject* code;
+  int lasti;
+} g_sites[SITE_RING];
+
+void tpu_py_note_site(void) {
+  PyFrameObject* f = PyEval_GetFrame(); /* borrowed */
+  if (!f) return;
+  uint64_t seq = tpu_stream_enqueued(tpu_py.stream);
+  size_t i = (size_t)(seq % SITE_RING);
+  PyObject* code = (PyObject*)PyFrame_GetCode(f); /* new reference */
+  Py_XSETREF(g_sites[i].code, code);
+  g_sites[i].seq = seq;
+  g_sites[i].lasti = PyFrame_GetLasti(f);
+}
+
+PyObject* tpu_py_raise_async(tpu_status_t st) {
+  uint64_t seq = tpu_stream_last_error_seq(tpu_py.stream);
+  size_t i = (size_t)(seq % SITE_RING);
+  if (seq && g_sites[i].seq == seq && g_sites[i].code) {
+    PyCodeObject* code = (PyCodeObject*)g_sites[i].code;
+    int line = PyCode_Addr2Line(code, g_sites[i].lasti);
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    const char* fn = PyUnicode_AsUTF8(code->co_name);
+    if (file && fn) {
+      st = tpu_status_annotate(st, "error in asynchronous tpu work enqueued at %s:%d in %s; "
+                               "rerun with TPU_LAUNCH_BLOCKING=1 for a traceback at the op",
+                               file, line, fn);
+    }
+    PyErr_Clear();
+  }
+  return tpu_py_raise(st);
+}
+
 int tpu_py_raise_int(tpu_status_t st) {
   tpu_py_raise(st);
   return -1;
@@ -210,7 +248,7 @@ static PyObject* py_synchronize(PyObject* self, PyObject* unused) {
   st = tpu_stream_synchronize(tpu_py.stream);
   Py_END_ALLOW_THREADS
   tpu_py.stats.syncs++;
-  if (st) return tpu_py_raise(st);
+  if (st) return tpu_py_raise_async(st);
   Py_RETURN_NONE;
 }
 

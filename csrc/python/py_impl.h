@@ -40,6 +40,12 @@ extern tpu_py_state_t tpu_py;
 
 /* Raises a Python exception for status (and frees it); returns NULL. */
 PyObject* tpu_py_raise(tpu_status_t st);
+/* Same for an error of asynchronous work returned at a synchronization:
+ * names where the failing op was enqueued. */
+PyObject* tpu_py_raise_async(tpu_status_t st);
+/* Remembers where (Python code and offset) the work just enqueued came
+ * from. */
+void tpu_py_note_site(void);
 /* Same, for int-returning paths: returns -1. */
 int tpu_py_raise_int(tpu_status_t st);
 /* Requires init() to have run; sets RuntimeError otherwise. */

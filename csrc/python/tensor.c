@@ -369,7 +369,7 @@ static PyObject* py_copy_d2h(PyObject* self, PyObject* args) {
   st = tpu_stream_read(tpu_py.stream, b, off, s.strides, &v);
   Py_END_ALLOW_THREADS
   tpu_buffer_release(b);
-  if (st) return tpu_py_raise(st);
+  if (st) return tpu_py_raise_async(st);
   int64_t n = 1;
   for (int32_t i = 0; i < s.rank; i++) n *= s.dims[i];
   tpu_py.stats.d2h_bytes += (uint64_t)(n * tpu_dtype_size(s.dtype));
@@ -455,7 +455,7 @@ static PyObject* py_wait_tensor(PyObject* self, PyObject* arg) {
   Py_BEGIN_ALLOW_THREADS
   st = tpu_stream_wait_buffer(tpu_py.stream, b);
   Py_END_ALLOW_THREADS
-  if (st) return tpu_py_raise(st);
+  if (st) return tpu_py_raise_async(st);
   tpu_py.stats.syncs++;
   Py_RETURN_NONE;
 }

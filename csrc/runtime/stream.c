@@ -64,6 +64,8 @@ struct tpu_stream_s {
   uint64_t enqueued;  /* guarded by mu */
   uint64_t completed; /* written under mu, read atomically */
   tpu_status_t error; /* first pending error, guarded by mu */
+  uint64_t error_seq; /* its work item */
+  uint64_t last_error_seq; /* of the error the last synchronize returned */
   bool synchronous;
   bool stopping;
   bool has_worker;
@@ -129,8 +131,12 @@ static void finish_item(tpu_stream_t* s, item_t* it, tpu_status_t st) {
   item_free(s, it);
   pthread_mutex_lock(&s->mu);
   if (st) {
-    if (!s->error) s->error = st;
-    else tpu_status_free(st);
+    if (!s->error) {
+      s->error = st;
+      s->error_seq = seq;
+    } else {
+      tpu_status_free(st);
+    }
   }
   __atomic_store_n(&s->completed, seq, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&s->done_cv);
@@ -315,7 +321,7 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, tpu_executable_t* exe,
   for (int32_t j = 0; j < exe->n_outputs; j++) tpu_buffer_retain(it->outs[j].buffer);
   tpu_executable_retain(exe);
   it->exe = exe;
-  exe->stats.runs++;
+  __atomic_add_fetch(&exe->stats.runs, 1, __ATOMIC_RELAXED);
   return submit(s, it);
 }
 
@@ -374,9 +380,23 @@ tpu_status_t tpu_stream_write(tpu_stream_t* s, tpu_buffer_t* dst,
   return submit(s, it);
 }
 
+/* A pending error surfaces at the next host synchronization of any kind
+ * (as CUDA's sticky errors do); taking it clears it. */
+static tpu_status_t take_error(tpu_stream_t* s) {
+  pthread_mutex_lock(&s->mu);
+  tpu_status_t st = s->error;
+  if (st) {
+    s->last_error_seq = s->error_seq;
+    s->error = NULL;
+    s->error_seq = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
 tpu_status_t tpu_stream_wait_buffer(tpu_stream_t* s, tpu_buffer_t* buf) {
   wait_seq(s, __atomic_load_n(&buf->last_write_seq, __ATOMIC_RELAXED));
-  return NULL;
+  return take_error(s);
 }
 
 tpu_status_t tpu_stream_read(tpu_stream_t* s, tpu_buffer_t* src, int64_t offset,
@@ -393,9 +413,18 @@ tpu_status_t tpu_stream_synchronize(tpu_stream_t* s) {
   drain(s);
   pthread_mutex_lock(&s->mu);
   tpu_status_t st = s->error;
+  s->last_error_seq = st ? s->error_seq : 0;
   s->error = NULL;
+  s->error_seq = 0;
   pthread_mutex_unlock(&s->mu);
   return st;
+}
+
+uint64_t tpu_stream_last_error_seq(tpu_stream_t* s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t v = s->last_error_seq;
+  pthread_mutex_unlock(&s->mu);
+  return v;
 }
 
 uint64_t tpu_stream_enqueued(tpu_stream_t* s) {

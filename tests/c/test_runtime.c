@@ -373,6 +373,76 @@ TEST(bf16_compute_rounds_per_op) {
   tpu_device_release(dev);
 }
 
+typedef struct {
+  tpu_stream_t* s;
+  tpu_executable_t* exe;
+  tpu_device_t* dev;
+  int id;
+  int failures;
+} racer_t;
+
+/* Each racer enqueues work on one shared stream, drops its inputs while the
+ * work is queued, and reads results back; run under ThreadSanitizer too. */
+static void* racer_main(void* arg) {
+  racer_t* r = arg;
+  for (int it = 0; it < 50; it++) {
+    tpu_buffer_t* in = NULL;
+    tpu_buffer_t* out = NULL;
+    if (tpu_buffer_allocate(r->dev, 4096 * 4, 4096 * 4, 0, &in) ||
+        tpu_buffer_allocate(r->dev, 4096 * 4, 4096 * 4, 0, &out)) {
+      r->failures++;
+      return NULL;
+    }
+    float v = (float)(r->id * 100 + it) * 1e-3f;
+    int64_t dims[1] = {4096}, zero[1] = {0}, one[1] = {1};
+    tpu_view_t src = {&v, TPU_DTYPE_F32, 1, dims, zero};
+    if (tpu_stream_write(r->s, in, 0, one, &src)) r->failures++;
+    tpu_arg_t a[1] = {{in, 0, {0}}};
+    tpu_arg_t o[1] = {{out, 0, {0}}};
+    if (tpu_stream_enqueue(r->s, r->exe, a, o, "exp")) r->failures++;
+    tpu_buffer_release(in); /* freed while the work may still be queued */
+    float back[4096];
+    tpu_view_t dst = {back, TPU_DTYPE_F32, 1, dims, one};
+    if (tpu_stream_read(r->s, out, 0, one, &dst)) r->failures++;
+    if (back[4095] != expf(v) && fabsf(back[4095] - expf(v)) > 1e-6f) r->failures++;
+    tpu_buffer_release(out);
+  }
+  return NULL;
+}
+
+TEST(concurrent_enqueue_free_and_read) {
+  tpu_device_t* dev = make_vtpu(2);
+  tpu_graph_t* g;
+  CHECK_OK(tpu_graph_create(tpu_allocator_system(), &g));
+  tpu_shape_t s = shp(1, 4096, 0);
+  tpu_value_t x, e;
+  CHECK_OK(tpu_graph_add_parameter(g, TPU_DTYPE_F32, &s, NULL, &x));
+  CHECK_OK(tpu_graph_add_node(g, TPU_OP_EXP, &x, 1, NULL, &e));
+  CHECK_OK(tpu_graph_add_output(g, e, NULL, -1));
+  tpu_executable_t* exe = NULL;
+  CHECK_OK(tpu_executable_compile(dev, g, TPU_PRECISION_HIGHEST, NULL, &exe));
+  tpu_stream_t* st = NULL;
+  CHECK_OK(tpu_stream_create(dev, NULL, &st));
+  racer_t r[3];
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++) {
+    r[i] = (racer_t){st, exe, dev, i, 0};
+    pthread_create(&th[i], NULL, racer_main, &r[i]);
+  }
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    CHECK_EQ(r[i].failures, 0);
+  }
+  CHECK_OK(tpu_stream_synchronize(st));
+  tpu_hbm_stats_t hs;
+  tpu_hbm_stats(tpu_vtpu_device_hbm(dev), &hs);
+  CHECK_EQ(hs.n_live, 0);
+  tpu_stream_destroy(st);
+  tpu_executable_release(exe);
+  tpu_graph_destroy(g);
+  tpu_device_release(dev);
+}
+
 int main(void) {
   RUN(unknown_chip_is_not_found_with_the_names);
   RUN(cache_is_lru_and_counts);
@@ -383,5 +453,6 @@ int main(void) {
   RUN(events_record_in_order_and_time);
   RUN(matmul_precisions);
   RUN(bf16_compute_rounds_per_op);
+  RUN(concurrent_enqueue_free_and_read);
   return harness_report();
 }

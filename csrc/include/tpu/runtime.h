@@ -226,17 +226,22 @@ TPU_MUST_USE tpu_status_t tpu_stream_write(tpu_stream_t* s, tpu_buffer_t* dst,
                                            int64_t offset,
                                            const int64_t* dst_strides,
                                            const tpu_view_t* src);
-/* Device to host: waits for pending writes to src, then copies. */
+/* Device to host: waits for pending writes to src, then copies; a pending
+ * error of earlier work is returned instead (and cleared). */
 TPU_MUST_USE tpu_status_t tpu_stream_read(tpu_stream_t* s, tpu_buffer_t* src,
                                           int64_t offset,
                                           const int64_t* src_strides,
                                           const tpu_view_t* dst);
-/* Waits until work that writes buf has completed (not other work). */
+/* Waits until work that writes buf has completed (not other work), then
+ * returns (and clears) any pending error of earlier work. */
 TPU_MUST_USE tpu_status_t tpu_stream_wait_buffer(tpu_stream_t* s,
                                                  tpu_buffer_t* buf);
 /* Waits for all queued work; returns (and clears) the first error any of it
  * raised since the last synchronization. */
 TPU_MUST_USE tpu_status_t tpu_stream_synchronize(tpu_stream_t* s);
+/* The sequence number of the work whose error the last synchronize
+ * returned (0 if none); the n-th enqueued item has sequence number n. */
+uint64_t tpu_stream_last_error_seq(tpu_stream_t* s);
 /* Number of work items enqueued / completed so far. */
 uint64_t tpu_stream_enqueued(tpu_stream_t* s);
 uint64_t tpu_stream_completed(tpu_stream_t* s);
