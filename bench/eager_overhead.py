@@ -48,11 +48,16 @@ OPS = [
 ]
 
 
+def _mode(debug):
+    """before() hook for time_interleaved: None leaves the mode alone (CPU rows)."""
+    if debug is not None:
+        set_mode(torchtpu, debug)
+
+
 def per_op_table(n, reps):
     cpu = make_values("cpu")
     tpu = make_values("tpu")
     sync = torch.tpu.synchronize
-    mode = lambda debug: set_mode(torchtpu, debug) if debug is not None else None  # noqa: E731
     rows = []
     ratios_strict, ratios_debug = [], []
     s0 = _C.stats()
@@ -68,7 +73,7 @@ def per_op_table(n, reps):
             sync()
         before = _C.stats()["lowerings"]
         r = time_interleaved([("cpu", loop, cv, None), ("strict", loop, tv, False),
-                              ("debug", loop, tv, True)], n, reps, sync, mode)
+                              ("debug", loop, tv, True)], n, reps, sync, _mode)
         set_mode(torchtpu, False)
         timed_lowerings += _C.stats()["lowerings"] - before
         t_cpu, t_strict, t_ret, t_debug = r["cpu"][0], r["strict"][0], r["strict"][1], r["debug"][0]
@@ -167,7 +172,7 @@ def stage_breakdown(tpu, n, reps):
     measure("l", "x + y", x=x, y=y)
     measure("l_cpu", "x + y", x=xc, y=yc)
     measure("l_dbg", "x + y", debug=True, x=x, y=y)
-    m = time_interleaved(cases, n, reps, sync, lambda debug: set_mode(torchtpu, debug))
+    m = time_interleaved(cases, n, reps, sync, _mode)
     set_mode(torchtpu, debug=False)
 
     r = {k: v[1] for k, v in m.items()}  # submit side: time until the call returns

@@ -1,6 +1,7 @@
 /* Python types for building IR graphs (used by lowering rules on a cache
  * miss) and for compiled executables, plus the generic bind-and-enqueue
  * path. */
+#include <math.h>
 #include <string.h>
 
 #include "py_impl.h"
@@ -412,6 +413,42 @@ static int scalar_from_py(PyObject* o, tpu_dtype_t dt, tpu_scalar_t* out) {
   return out->i == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+/* Debug eager: fails the op if an output holds NaN or Inf. */
+static int check_finite(const tpu_output_meta_t* m, const tpu_arg_t* o, const char* site,
+                        int32_t j) {
+  if (!tpu_dtype_is_float(m->dtype)) return 0;
+  int64_t n = tpu_shape_numel(&m->shape);
+  int64_t idx[TPU_MAX_RANK] = {0};
+  const char* base = (const char*)o->buffer->data + o->byte_offset;
+  int32_t es = tpu_dtype_size(m->dtype);
+  for (int64_t e = 0; e < n; e++) {
+    int64_t off = 0;
+    for (int32_t d = 0; d < m->shape.rank; d++) off += idx[d] * m->strides[d];
+    const char* p = base + off * es;
+    double v;
+    switch (m->dtype) {
+      case TPU_DTYPE_F32: v = *(const float*)p; break;
+      case TPU_DTYPE_F64: v = *(const double*)p; break;
+      case TPU_DTYPE_BF16: v = tpu_bf16_to_f32(*(const uint16_t*)p); break;
+      default: v = tpu_f16_to_f32(*(const uint16_t*)p); break;
+    }
+    if (!isfinite(v)) {
+      char sh[160];
+      tpu_shape_format(&m->shape, sh, sizeof sh);
+      PyErr_Format(PyExc_RuntimeError,
+                   "%s produced %s in output %d (shape %s, element %lld) "
+                   "[TORCHTPU_DEBUG_CHECKS]", site, v != v ? "NaN" : "Inf", j, sh,
+                   (long long)e);
+      return -1;
+    }
+    for (int32_t d = m->shape.rank - 1; d >= 0; d--) {
+      if (++idx[d] < m->shape.dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return 0;
+}
+
 PyObject* tpu_py_run(tpu_executable_t* exe, PyObject* const* params,
                      Py_ssize_t n_params, const char* site) {
   if (n_params != exe->n_params) {
@@ -476,6 +513,13 @@ PyObject* tpu_py_run(tpu_executable_t* exe, PyObject* const* params,
   if (st) {
     Py_CLEAR(result);
     tpu_py_raise(st);
+  } else if (tpu_py.debug_checks && tpu_stream_is_synchronous(tpu_py.stream)) {
+    for (int32_t j = 0; j < exe->n_outputs; j++) {
+      if (check_finite(&exe->outputs[j], &outs[j], site, j) < 0) {
+        Py_CLEAR(result);
+        break;
+      }
+    }
   }
 done:
   if (args != args_small) free(args);

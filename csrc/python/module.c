@@ -313,6 +313,14 @@ static PyObject* py_get_precision(PyObject* self, PyObject* unused) {
   return PyLong_FromLong(p);
 }
 
+static PyObject* py_set_debug_checks(PyObject* self, PyObject* arg) {
+  (void)self;
+  int on = PyObject_IsTrue(arg);
+  if (on < 0) return NULL;
+  tpu_py.debug_checks = on != 0;
+  Py_RETURN_NONE;
+}
+
 static PyObject* py_set_rng_source(PyObject* self, PyObject* fn) {
   (void)self;
   Py_INCREF(fn);
@@ -458,6 +466,7 @@ static PyMethodDef module_methods[] = {
     {"get_precision", py_get_precision, METH_NOARGS, "effective matmul precision"},
     {"stream_idle", py_stream_idle, METH_NOARGS, "all queued work done?"},
     {"set_rng_source", py_set_rng_source, METH_O, "rng_next(n) -> (seed, offset)"},
+    {"set_debug_checks", py_set_debug_checks, METH_O, "NaN/Inf checks in debug eager"},
     {"stats", py_stats, METH_NOARGS, "dispatch/compile/cache counters"},
     {"reset_stats", py_reset_stats, METH_NOARGS, "zero the counters"},
     {"cache_clear", py_cache_clear, METH_NOARGS, "drop cached executables"},

@@ -34,6 +34,7 @@ typedef struct tpu_py_state_s {
   tpu_py_stats_t stats;
   int32_t precision;                     /* override, or -1: follow torch */
   uint64_t config_hash;                  /* chip and compile flags, in every key */
+  bool debug_checks;                     /* NaN/Inf checks after each op (debug eager) */
 } tpu_py_state_t;
 
 extern tpu_py_state_t tpu_py;

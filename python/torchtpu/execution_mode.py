@@ -61,7 +61,15 @@ def cpu_fallback_mode(enabled: bool):
         _fallback.set_enabled(prev)
 
 
+def set_debug_checks(enabled: bool) -> None:
+    """NaN/Inf checks on every op's outputs in debug eager mode
+    (TORCHTPU_DEBUG_CHECKS=1); index bounds are always checked."""
+    _C.set_debug_checks(bool(enabled))
+
+
 def _init_from_env():
+    if os.environ.get("TORCHTPU_DEBUG_CHECKS", "") not in ("", "0"):
+        set_debug_checks(True)
     if os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "") not in ("", "0"):
         set_defer_mode(DeferMode.DEFER_AND_FUSE)
     elif os.environ.get("TPU_LAUNCH_BLOCKING", "") not in ("", "0"):

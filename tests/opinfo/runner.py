@@ -83,10 +83,18 @@ class _Worker:
         self.op_db = op_db
         self.args = args
         self.out = open(args.jsonl, "a", buffering=1)
+        # the op being dispatched now, for the parent to name if we crash
+        self.op_file = open(args.jsonl + ".op", "w")
         self.dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
         self._Mode = _make_mode_class(torch, TorchDispatchMode)
 
     # -------------------------------------------------------------- output
+    def trace_op(self, name):
+        f = self.op_file
+        f.seek(0)
+        f.write(name.ljust(160)[:160])
+        f.flush()
+
     def emit(self, **rec):
         self.out.write(json.dumps(rec) + "\n")
         self.out.flush()
@@ -118,6 +126,16 @@ class _Worker:
                 n += 1
 
     def run(self):
+        if self.args.plain:
+            # one sample, without the dispatch mode: does a crash need the mode?
+            u, s = (int(x) for x in self.args.plain.split(":"))
+            for n, op, dtype in self.units():
+                if n == u:
+                    self.args.max_samples_per_op = s + 1
+                    self.args.time_budget = float("inf")
+                    self.run_unit(n, op, dtype, s)
+            self.emit(t="done")
+            return
         self.meta()
         shard, nshards = (int(x) for x in self.args.shard.split("/"))
         start_u, start_s = (int(x) for x in self.args.resume.split(":"))
@@ -163,6 +181,7 @@ class _Worker:
                 self.emit(t="gen_error", msg=_short(f"{type(e).__name__}: {e}"), s=i, **base)
                 break
             if i >= first_sample:
+                self.trace_op("")
                 self.emit(t="begin", s=i, **base)
                 rec = self.run_sample(op, sample, dtype, grad, _seed_for(name, dname, i, "run"))
                 self.emit(t="sample", s=i, **base, **rec)
@@ -213,7 +232,11 @@ class _Worker:
                     cpu_grads = None
 
         # ---- tpu run
-        mode = self._Mode(check=(rtol, atol) if self.args.op_check else None)
+        if self.args.plain:
+            mode = _NoMode()
+        else:
+            mode = self._Mode(check=(rtol, atol) if self.args.op_check else None,
+                              trace=self.trace_op)
         phase = "forward"
         try:
             with warnings.catch_warnings():
@@ -260,6 +283,21 @@ class _Worker:
             rec["diverged"] = list(mode.diverged)
         rec["secs"] = round(time.monotonic() - t0, 4)
         return rec
+
+
+class _NoMode:
+    """Stands in for the recording mode in --plain runs."""
+
+    ops = ()
+    raised = diverged = None
+    fallbacks = {}
+    phase = "forward"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def _full_name(op):
@@ -472,8 +510,9 @@ def _make_mode_class(torch, TorchDispatchMode):
         (rtol, atol) also runs each on CPU copies of its inputs and keeps the
         first op whose result differs (diverged) and the first that raised."""
 
-        def __init__(self, check=None):
+        def __init__(self, check=None, trace=None):
             super().__init__()
+            self.trace = trace      # called with each op name (crash attribution)
             self.ops = []
             self.check = check
             self.raised = None      # (op, message)
@@ -486,6 +525,8 @@ def _make_mode_class(torch, TorchDispatchMode):
             kwargs = kwargs or {}
             name = func.name()
             self.ops.append(name)
+            if self.trace is not None:
+                self.trace(name)
             if torch.Tag.nondeterministic_seeded in func.tags:
                 self.random = True
             ref = None
@@ -543,6 +584,7 @@ def worker_main(argv):
     p.add_argument("--shard", default="0/1")
     p.add_argument("--resume", default="0:0")
     p.add_argument("--no-op-check", dest="op_check", action="store_false")
+    p.add_argument("--plain", default="", help="U:S: run only that sample, without the mode")
     args = p.parse_args(argv)
     _Worker(args).run()
     return 0
@@ -570,23 +612,47 @@ class _Shard:
         self.crashes = 0
         self.error = None
 
-    def start(self):
+    def _cmd(self, jsonl):
         o = self.opts
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--jsonl", self.path,
-               "--dtypes", o.dtypes, "--time-budget", str(o.time_budget),
-               "--shard", f"{self.idx}/{self.nshards}",
-               "--resume", f"{self.resume[0]}:{self.resume[1]}"]
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--jsonl", jsonl,
+               "--dtypes", o.dtypes, "--time-budget", str(o.time_budget)]
         if o.ops:
             cmd += ["--ops", o.ops]
         if o.max_samples_per_op is not None:
             cmd += ["--max-samples-per-op", str(o.max_samples_per_op)]
         if not o.op_check:
             cmd.append("--no-op-check")
+        return cmd
+
+    def start(self):
+        cmd = self._cmd(self.path) + ["--shard", f"{self.idx}/{self.nshards}",
+                                      "--resume", f"{self.resume[0]}:{self.resume[1]}"]
         self.stderr = open(self.path + ".stderr", "a")
         self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdin=subprocess.DEVNULL,
                                      stdout=self.stderr, stderr=self.stderr)
         self.progress_since_start = False
         self.last_progress = time.monotonic()
+
+    def _plain_rerun(self, u, s):
+        """Reruns sample (u, s) without the dispatch mode; says what happened."""
+        path = self.path + ".plain.jsonl"
+        open(path, "w").close()
+        try:
+            r = subprocess.run(self._cmd(path) + ["--plain", f"{u}:{s}"], cwd=REPO, env=self.env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=self.opts.watchdog + 30)
+            rc = r.returncode
+        except subprocess.TimeoutExpired:
+            return "without the dispatch mode it hangs too"
+        with open(path) as f:
+            recs = [json.loads(line) for line in f if line.endswith("\n")]
+        got = [x for x in recs if x["t"] == "sample"]
+        if got:
+            x = got[0]
+            if x["status"] == "fail":
+                return f"without the dispatch mode: fails ({x.get('msg', '')})"
+            return f"without the dispatch mode: {x['status']}"
+        return f"without the dispatch mode it crashes too ({_exit_reason(rc)})"
 
     def poll(self):
         """Reads new records; handles exit and the watchdog. True when finished."""
@@ -641,9 +707,18 @@ class _Shard:
     def _after_death(self, reason, kind):
         if self.open_begin is not None:
             u, s, opinfo, dtype = self.open_begin
+            culprit = None
+            try:
+                with open(self.path + ".op") as f:
+                    culprit = f.read().strip() or None
+            except OSError:
+                pass
+            plain = self._plain_rerun(u, s) if self.opts.plain_rerun else ""
+            msg = f"worker {kind} ({reason}) in {culprit or '?'}" + (f"; {plain}" if plain else "")
             self.records.append(dict(t="sample", u=u, s=s, opinfo=opinfo, dtype=dtype,
-                                     status="fail", kind=kind, phase="?", culprit=None,
-                                     msg=f"worker {kind}: {reason}", ops=[], fallback={}))
+                                     status="fail", kind=kind, phase="?", culprit=culprit,
+                                     msg=_short(msg), ops=[culprit] if culprit else [],
+                                     fallback={}))
             self.records.append(dict(t="unit_end", u=u, opinfo=opinfo, dtype=dtype,
                                      samples=s + 1, budget_hit=False, secs=0,
                                      aborted=f"{kind} at sample {s}"))
@@ -1036,6 +1111,8 @@ def parse_args(argv):
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("--no-op-check", dest="op_check", action="store_false",
                    help="skip the per-op CPU check used for attribution")
+    p.add_argument("--no-plain-rerun", dest="plain_rerun", action="store_false",
+                   help="after a worker crash, do not rerun the sample without the dispatch mode")
     p.add_argument("--write-expected", help="write the failing (OpInfo, dtype) pairs here")
     p.add_argument("--check-expected",
                    help="exit 1 if a pair fails that this expected-failures file does not list")
