@@ -222,6 +222,19 @@ static PyObject* py_reset_peak(PyObject* self, PyObject* unused) {
   Py_RETURN_NONE;
 }
 
+static PyObject* py_empty_cache(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  if (tpu_py_check_init() < 0) return NULL;
+  tpu_status_t st;
+  Py_BEGIN_ALLOW_THREADS
+  st = tpu_stream_synchronize(tpu_py.stream);
+  tpu_hbm_trim(tpu_vtpu_device_hbm(tpu_py.device));
+  Py_END_ALLOW_THREADS
+  if (st) return tpu_py_raise_async(st);
+  Py_RETURN_NONE;
+}
+
 static PyObject* py_largest_live(PyObject* self, PyObject* arg) {
   (void)self;
   if (tpu_py_check_init() < 0) return NULL;
@@ -458,6 +471,7 @@ static PyMethodDef module_methods[] = {
     {"chips", py_chips, METH_NOARGS, "known chip names"},
     {"memory_stats", py_memory_stats, METH_NOARGS, "HBM statistics"},
     {"reset_peak_memory_stats", py_reset_peak, METH_NOARGS, "reset HBM peaks"},
+    {"empty_cache", py_empty_cache, METH_NOARGS, "release cached host pages"},
     {"largest_live", py_largest_live, METH_O, "largest live allocations"},
     {"synchronize", py_synchronize, METH_NOARGS, "wait for all queued work"},
     {"set_synchronous", py_set_synchronous, METH_O, "debug eager on/off"},

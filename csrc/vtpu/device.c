@@ -209,6 +209,9 @@ tpu_status_t tpu_vtpu_device_create(tpu_allocator_t a, const tpu_vtpu_options_t*
   memset(&ho, 0, sizeof(ho));
   ho.capacity = o ? o->hbm_capacity : 0;
   ho.host_limit = o ? o->host_limit : 0;
+  /* keep freed pages committed for reuse: eager code frees and allocates
+   * same-sized tensors on every op */
+  ho.cache_bytes = 256ull << 20;
   tpu_status_t st = tpu_hbm_create(a, chip, &ho, &dev->hbm);
   int32_t threads = o && o->n_threads > 0 ? o->n_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
   if (threads < 1) threads = 1;

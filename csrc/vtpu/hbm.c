@@ -459,6 +459,25 @@ static void release_pages(tpu_hbm_t* h, uint64_t lo, uint64_t hi) {
   h->stats.committed -= n << h->page_shift;
 }
 
+/* Releases the pages lying wholly inside free blocks. */
+static void trim_locked(tpu_hbm_t* h) {
+  for (tpu_hbm_block_t* b = h->head; b; b = b->addr_next) {
+    if (!b->is_free) continue;
+    uint64_t end = b->addr_next ? b->offset + b->size : h->reserved;
+    uint64_t lo = (b->offset + h->page_size - 1) >> h->page_shift;
+    uint64_t hi = end >> h->page_shift;
+    if (lo < hi) release_pages(h, lo, hi);
+  }
+  h->freed_since_trim = 0;
+}
+
+void tpu_hbm_trim(tpu_hbm_t* hbm) {
+  if (!hbm) return;
+  pthread_mutex_lock(&hbm->mu);
+  trim_locked(hbm);
+  pthread_mutex_unlock(&hbm->mu);
+}
+
 /* ----------------------------------------------------------- create */
 
 static void hbm_release(tpu_hbm_t* h) {
@@ -555,6 +574,8 @@ tpu_status_t tpu_hbm_create(tpu_allocator_t a, const tpu_chip_spec_t* chip,
   all->offset = 0;
   all->size = capacity;
   free_list_insert(h, all);
+  h->head = all;
+  h->cache_limit = options ? options->cache_bytes : 0;
 
   if (options && options->host_limit) {
     h->host_limit = options->host_limit;
@@ -720,6 +741,12 @@ tpu_status_t tpu_hbm_alloc(tpu_hbm_t* hbm, uint64_t dense_bytes,
   uint64_t offset = 0;
   pthread_mutex_lock(&hbm->mu);
   alloc_result_t r = alloc_locked(hbm, dense_bytes, size, tag, &offset, &fail);
+  if (r == ALLOC_HOST_LIMIT && hbm->cache_limit) {
+    /* cached pages count against the host budget: give them back first */
+    trim_locked(hbm);
+    memset(&fail, 0, sizeof(fail));
+    r = alloc_locked(hbm, dense_bytes, size, tag, &offset, &fail);
+  }
   if (r != ALLOC_OK) {
     hbm->stats.n_failed++;
     fail.allocated = hbm->stats.allocated;
@@ -819,7 +846,14 @@ void tpu_hbm_free(tpu_hbm_t* hbm, void* ptr) {
   uint64_t lo = TPU_MAX(span_lo, (b->offset + hbm->page_size - 1) >>
                                      hbm->page_shift);
   uint64_t hi = TPU_MIN(span_hi, end >> hbm->page_shift);
-  if (lo < hi) release_pages(hbm, lo, hi);
+  if (hbm->cache_limit == 0) {
+    if (lo < hi) release_pages(hbm, lo, hi);
+  } else {
+    /* keep the pages for the next allocation; release in bulk once
+     * enough has been freed */
+    hbm->freed_since_trim += (span_hi - span_lo) << hbm->page_shift;
+    if (hbm->freed_since_trim > hbm->cache_limit) trim_locked(hbm);
+  }
   pthread_mutex_unlock(&hbm->mu);
 }
 

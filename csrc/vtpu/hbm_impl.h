@@ -90,6 +90,14 @@ struct tpu_hbm_s {
   uint64_t host_limit;
   uint64_t committed_since_read;
 
+  /* Freed pages stay committed for reuse (no mprotect/madvise/page faults
+   * on the next allocation) until cache_limit bytes have been freed since
+   * the last trim; then every fully free page is released. head is the
+   * block at offset 0 (never merged away). */
+  uint64_t cache_limit;
+  uint64_t freed_since_trim;
+  tpu_hbm_block_t* head;
+
   /* capacity, largest_free and free_bytes are filled in by tpu_hbm_stats. */
   tpu_hbm_stats_t stats;
 };

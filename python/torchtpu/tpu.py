@@ -148,12 +148,14 @@ def max_memory_allocated(device=None) -> int:
 
 
 def memory_reserved(device=None) -> int:
-    # no caching allocator: reserved == allocated
-    return memory_allocated(device)
+    """Host bytes backing the vTPU's HBM: live tensors plus freed pages kept
+    for reuse (released by empty_cache())."""
+    _index(device)
+    return _C.memory_stats()["committed"]
 
 
 def max_memory_reserved(device=None) -> int:
-    return max_memory_allocated(device)
+    return max(memory_reserved(device), max_memory_allocated(device))
 
 
 def reset_peak_memory_stats(device=None) -> None:
@@ -179,8 +181,8 @@ def memory_stats(device=None) -> dict:
     return {
         "allocated_bytes.all.current": s["allocated"],
         "allocated_bytes.all.peak": s["peak"],
-        "reserved_bytes.all.current": s["allocated"],
-        "reserved_bytes.all.peak": s["peak"],
+        "reserved_bytes.all.current": s["committed"],
+        "reserved_bytes.all.peak": max(s["peak"], s["committed"]),
         "active_bytes.all.current": s["allocated"],
         "allocation.all.current": s["live"],
         "allocation.all.allocated": s["allocs"],
@@ -230,7 +232,9 @@ def memory_summary(device=None, abbreviated=False) -> str:
 
 
 def empty_cache() -> None:
-    """No-op: the vTPU has no caching allocator; freed HBM returns at once."""
+    """Returns host pages kept for reuse to the OS. HBM accounting is not
+    affected: freed tensors leave memory_allocated() at once."""
+    _C.empty_cache()
 
 
 # ------------------------------------------------------------------ RNG

@@ -41,7 +41,7 @@ static const tpu_chip_spec_t* chip(const char* name) {
 
 static tpu_hbm_t* make_hbm(const char* chip_name, uint64_t capacity,
                            uint64_t host_limit) {
-  tpu_hbm_options_t o = {capacity, host_limit, true};
+  tpu_hbm_options_t o = {capacity, host_limit, true, 0};
   tpu_hbm_t* h = NULL;
   tpu_status_t st = tpu_hbm_create(tpu_allocator_system(), chip(chip_name),
                                    &o, &h);
@@ -478,7 +478,7 @@ TEST(invalid_arguments) {
   CHECK_CODE(tpu_hbm_create(tpu_allocator_system(), NULL, NULL, &h2),
              INVALID_ARGUMENT);
   CHECK(h2 == NULL);
-  tpu_hbm_options_t o = {100, 0, true};
+  tpu_hbm_options_t o = {100, 0, true, 0};
   CHECK_CODE(tpu_hbm_create(tpu_allocator_system(), chip("v5e"), &o, &h2),
              INVALID_ARGUMENT);
   o.capacity = 1ull << 62;
@@ -557,7 +557,7 @@ TEST(host_allocation_failures) {
    * status, and nothing may leak. */
   for (uint64_t k = 1; k <= 24; k++) {
     tpu_fault_allocator_t fa = {0, k, false, 0};
-    tpu_hbm_options_t o = {64 * MIB, 1ull << 40, true};
+    tpu_hbm_options_t o = {64 * MIB, 1ull << 40, true, 0};
     tpu_hbm_t* h = NULL;
     tpu_status_t st =
         tpu_hbm_create(tpu_fault_allocator(&fa), chip("v5e"), &o, &h);
@@ -918,7 +918,64 @@ TEST(perf_sanity) {
   tpu_hbm_destroy(h);
 }
 
+TEST(freed_pages_are_cached_then_trimmed) {
+  tpu_hbm_options_t o = {64ull << 20, 1ull << 40, true, 8ull << 20};
+  const tpu_chip_spec_t* chip = NULL;
+  CHECK_OK(tpu_chip_spec_find("v5e", &chip));
+  tpu_hbm_t* h = NULL;
+  CHECK_OK(tpu_hbm_create(tpu_allocator_system(), chip, &o, &h));
+  if (!h) return;
+  void* p = NULL;
+  CHECK_OK(tpu_hbm_alloc(h, 1 << 20, 1 << 20, 0, &p));
+  memset(p, 1, 1 << 20);
+  tpu_hbm_free(h, p);
+  tpu_hbm_stats_t s;
+  tpu_hbm_stats(h, &s);
+  CHECK_EQ(s.allocated, 0);
+  CHECK_EQ(s.committed, 1 << 20); /* kept for reuse */
+  void* q = NULL;
+  CHECK_OK(tpu_hbm_alloc(h, 1 << 20, 1 << 20, 0, &q));
+  CHECK(q == p);
+  tpu_hbm_stats(h, &s);
+  CHECK_EQ(s.committed, 1 << 20); /* reused, nothing newly committed */
+  tpu_hbm_free(h, q);
+  /* freeing more than the cache limit releases everything */
+  for (int i = 0; i < 10; i++) {
+    CHECK_OK(tpu_hbm_alloc(h, 1 << 20, 1 << 20, 0, &q));
+    tpu_hbm_free(h, q);
+  }
+  tpu_hbm_stats(h, &s);
+  CHECK(s.committed <= (8u << 20));
+  tpu_hbm_trim(h);
+  tpu_hbm_stats(h, &s);
+  CHECK_EQ(s.committed, 0);
+  tpu_hbm_destroy(h);
+}
+
+TEST(cached_pages_are_trimmed_before_a_host_limit_error) {
+  tpu_hbm_options_t o = {64ull << 20, 6ull << 20, true, 32ull << 20};
+  const tpu_chip_spec_t* chip = NULL;
+  CHECK_OK(tpu_chip_spec_find("v5e", &chip));
+  tpu_hbm_t* h = NULL;
+  CHECK_OK(tpu_hbm_create(tpu_allocator_system(), chip, &o, &h));
+  if (!h) return;
+  void *a = NULL, *b = NULL;
+  CHECK_OK(tpu_hbm_alloc(h, 4 << 20, 4 << 20, 0, &a));
+  tpu_hbm_free(h, a);                 /* 4 MiB stays committed */
+  CHECK_OK(tpu_hbm_alloc(h, 4 << 20, 4 << 20, 0, &a));
+  CHECK_OK(tpu_hbm_alloc(h, 1 << 20, 1 << 20, 0, &b));
+  tpu_hbm_free(h, a);
+  /* 5 MiB needed at a fresh address: only fits after the cache is trimmed */
+  void* c = NULL;
+  CHECK_OK(tpu_hbm_alloc(h, 5 << 20, 5 << 20, 0, &c));
+  tpu_hbm_free(h, b);
+  tpu_hbm_free(h, c);
+  tpu_hbm_destroy(h);
+}
+
 int main(void) {
+  RUN(freed_pages_are_cached_then_trimmed);
+  RUN(cached_pages_are_trimmed_before_a_host_limit_error);
   RUN(chip_table);
   RUN(padded_bytes);
   RUN(reserve_192gib);

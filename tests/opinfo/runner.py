@@ -968,7 +968,8 @@ class Results:
           "from the same op run on CPU copies of its tpu inputs (the per-op check). "
           "`lowered`: `yes` = a tpu lowering (`torchtpu.registered_ops()`), `native` = "
           "a storage/metadata kernel of the backend, `no` = neither (the op runs "
-          "through PyTorch's composite kernel or the CPU fallback). `falls back via` = the fallback overloads that ran inside "
+          "through PyTorch's composite kernel or the CPU fallback). `falls back via` = "
+          "the fallback overloads that ran inside "
           "this op (a functional op often falls back through its `out=` overload).")
         w("")
         w("## Summary")
@@ -1066,7 +1067,8 @@ class Results:
             "seconds": self.seconds,
             "totals": self.totals(),
             "failed_units": self.failed_units(),
-            "crashes": [(r["opinfo"], r["dtype"], r["s"], r["msg"]) for r in self.crashed_samples()],
+            "crashes": [(r["opinfo"], r["dtype"], r["s"], r["msg"])
+                        for r in self.crashed_samples()],
             "reached": sorted(self.ops),
         }
 

@@ -54,6 +54,8 @@ typedef struct tpu_hbm_options_s {
   uint64_t capacity;       /* bytes of HBM; 0 = the chip's */
   uint64_t host_limit;     /* max host bytes committed; 0 = from MemAvailable */
   bool protect_free;       /* PROT_NONE on freed pages (always true today) */
+  uint64_t cache_bytes;    /* keep up to this many freed bytes committed
+                              (0 = release pages at once) */
 } tpu_hbm_options_t;
 
 typedef struct tpu_hbm_stats_s {
@@ -99,6 +101,10 @@ TPU_MUST_USE tpu_status_t tpu_hbm_alloc(tpu_hbm_t* hbm, uint64_t dense_bytes,
 /* Frees a pointer returned by tpu_hbm_alloc. Thread-safe, any thread.
  * Unknown pointers are ignored and counted (an internal invariant). */
 void tpu_hbm_free(tpu_hbm_t* hbm, void* ptr);
+
+/* Releases every committed page that no live allocation uses (the pages a
+ * nonzero cache_bytes keeps for reuse). Thread-safe. */
+void tpu_hbm_trim(tpu_hbm_t* hbm);
 
 /* Statistics snapshot. Thread-safe. */
 void tpu_hbm_stats(tpu_hbm_t* hbm, tpu_hbm_stats_t* out);
