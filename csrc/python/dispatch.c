@@ -59,6 +59,7 @@ typedef struct {
   bool uses_precision;
   bool allow_cpu_tensors; /* e.g. index tensors may live on the CPU */
   uint64_t name_hash;
+  const char* site; /* UTF-8 of name, owned by name */
   uint64_t calls, misses;
 } OpObject;
 
@@ -442,9 +443,15 @@ static PyObject* op_call(OpObject* self, PyObject* args, PyObject* kwargs) {
   {
     plan_t* plan = exe->user_data;
     PyObject* params_small[16];
+    const tpu_py_tensor_t* metas_small[16];
     PyObject** params = exe->n_params <= 16 ? params_small
                                             : malloc(sizeof(PyObject*) * (size_t)exe->n_params);
-    if (!params) {
+    const tpu_py_tensor_t** metas =
+        exe->n_params <= 16 ? metas_small
+                            : malloc(sizeof(tpu_py_tensor_t*) * (size_t)exe->n_params);
+    if (!params || !metas) {
+      if (params != params_small) free(params);
+      if (metas != metas_small) free(metas);
       PyErr_NoMemory();
       goto done;
     }
@@ -458,17 +465,21 @@ static PyObject* op_call(OpObject* self, PyObject* args, PyObject* kwargs) {
             if (rng && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "rng state");
             Py_XDECREF(rng);
             if (params != params_small) free(params);
+            if (metas != metas_small) free(metas);
             goto done;
           }
         }
         params[i] = PyTuple_GET_ITEM(rng, b.kind == B_RNG_SEED ? 0 : 1);
+        metas[i] = NULL;
         continue;
       }
       params[i] = b.kind == B_TENSOR ? f.t[b.index].obj : f.scalars[b.index];
+      metas[i] = b.kind == B_TENSOR ? &f.t[b.index] : NULL;
     }
-    outs = tpu_py_run(exe, params, exe->n_params, PyUnicode_AsUTF8(self->name));
+    outs = tpu_py_run_ex(exe, params, metas, exe->n_params, self->site);
     Py_XDECREF(rng);
     if (params != params_small) free(params);
+    if (metas != metas_small) free(metas);
     if (!outs) goto done;
     result = build_result(plan, &f, outs);
   }
@@ -526,6 +537,7 @@ static int op_init(OpObject* self, PyObject* args, PyObject* kwargs) {
   self->allow_cpu_tensors = allow_cpu != 0;
   Py_ssize_t len;
   const char* s = PyUnicode_AsUTF8AndSize(name, &len);
+  self->site = s;
   tpu_hasher_t h;
   tpu_hasher_init(&h, 0x6f70);
   tpu_hasher_add_bytes(&h, s, (size_t)len);

@@ -451,6 +451,12 @@ static int check_finite(const tpu_output_meta_t* m, const tpu_arg_t* o, const ch
 
 PyObject* tpu_py_run(tpu_executable_t* exe, PyObject* const* params,
                      Py_ssize_t n_params, const char* site) {
+  return tpu_py_run_ex(exe, params, NULL, n_params, site);
+}
+
+PyObject* tpu_py_run_ex(tpu_executable_t* exe, PyObject* const* params,
+                        const tpu_py_tensor_t* const* metas, Py_ssize_t n_params,
+                        const char* site) {
   if (n_params != exe->n_params) {
     PyErr_Format(PyExc_ValueError, "executable takes %d parameters, got %zd", exe->n_params, n_params);
     return NULL;
@@ -469,13 +475,17 @@ PyObject* tpu_py_run(tpu_executable_t* exe, PyObject* const* params,
       if (scalar_from_py(params[i], exe->param_dtypes[i], &args[i].scalar) < 0) goto done;
       continue;
     }
-    tpu_py_tensor_t t;
-    if (tpu_py_tensor_read(params[i], &t) < 0) goto done;
-    if (t.is_cpu) {
+    tpu_py_tensor_t read;
+    const tpu_py_tensor_t* t = metas ? metas[i] : NULL;
+    if (!t) {
+      if (tpu_py_tensor_read(params[i], &read) < 0) goto done;
+      t = &read;
+    }
+    if (t->is_cpu) {
       PyErr_Format(PyExc_RuntimeError, "%s: parameter %zd must be a tpu tensor", site, i);
       goto done;
     }
-    args[i].buffer = tpu_py_tensor_buffer(&t, &args[i].byte_offset);
+    args[i].buffer = tpu_py_tensor_buffer(t, &args[i].byte_offset);
     if (!args[i].buffer) goto done;
   }
   result = PyList_New(exe->n_outputs);

@@ -96,5 +96,10 @@ tpu_executable_t* tpu_py_executable_get(PyObject* obj);
  * (new tensors or the aliased inputs). */
 PyObject* tpu_py_run(tpu_executable_t* exe, PyObject* const* params,
                      Py_ssize_t n_params, const char* site);
+/* Same, with tensor metadata already read (metas[i] for buffer parameters,
+ * NULL entries are read from params[i]). */
+PyObject* tpu_py_run_ex(tpu_executable_t* exe, PyObject* const* params,
+                        const tpu_py_tensor_t* const* metas, Py_ssize_t n_params,
+                        const char* site);
 
 #endif
