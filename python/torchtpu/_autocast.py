@@ -9,6 +9,7 @@ Policies:
   promote: all floating tensors cast to the widest floating dtype among them
 """
 import torch
+from torch._prims_common import get_higher_dtype
 
 _LOWER = [
     "conv1d", "conv1d.padding", "conv2d", "conv2d.padding", "conv3d", "conv3d.padding",
@@ -73,7 +74,7 @@ def _widest(args, kwargs):
          lambda t: found.append(t.dtype) if t.is_floating_point() else None)
     widest = None
     for d in found:
-        widest = d if widest is None else torch.promote_types(widest, d)
+        widest = d if widest is None else get_higher_dtype(widest, d)
     return widest
 
 
