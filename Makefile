@@ -57,5 +57,8 @@ test-tsan: $(BUILD)/tsan/test_runtime
 test-py:
 	$(PYTHON) -m pytest -q tests/python
 
+bench: setup
+	$(PYTHON) bench/run_all.py
+
 clean:
 	rm -rf $(BUILD) python/torchtpu/*.so *.egg-info python/*.egg-info

@@ -50,7 +50,7 @@ DEFAULT_DTYPES = "float32,bfloat16"
 DEFAULT_TIME_BUDGET = 20.0      # seconds per (OpInfo, dtype)
 DEFAULT_WATCHDOG = 180.0        # seconds without progress before a worker is killed
 MSG_LEN = 240                   # failure messages are cut to this length
-MAX_RESTARTS_WITHOUT_PROGRESS = 3
+MAX_RESTARTS_WITHOUT_PROGRESS = 5
 
 
 # ====================================================================== worker
@@ -140,7 +140,8 @@ class _Worker:
         shard, nshards = (int(x) for x in self.args.shard.split("/"))
         start_u, start_s = (int(x) for x in self.args.resume.split(":"))
         for n, op, dtype in self.units():
-            if n % nshards != shard or n < start_u:
+            # both dtypes of an OpInfo go to the same shard
+            if (n // len(self.dtypes)) % nshards != shard or n < start_u:
                 continue
             self.run_unit(n, op, dtype, start_s if n == start_u else 0)
         self.emit(t="done")
@@ -614,7 +615,7 @@ class _Shard:
 
     def _cmd(self, jsonl):
         o = self.opts
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--jsonl", jsonl,
+        cmd = [sys.executable, self.opts.worker_script, "--worker", "--jsonl", jsonl,
                "--dtypes", o.dtypes, "--time-budget", str(o.time_budget)]
         if o.ops:
             cmd += ["--ops", o.ops]
@@ -743,7 +744,7 @@ class _Shard:
                 self.error = f"worker {self.idx} failed to start ({reason}):\n{tail}"
                 self.done = True
                 return
-            time.sleep(2)      # e.g. the C extension being rebuilt: try again
+            time.sleep(10)     # e.g. the C extension being rebuilt: try again
         self.open_begin = None
         self.open_unit = None
         self.start()
@@ -758,6 +759,34 @@ def _exit_reason(rc):
     return f"exit status {rc}"
 
 
+def _git(*args):
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _snapshot(workdir, env):
+    """Copies python/torchtpu (with the built extension) and this file to
+    workdir, so edits made while a long sweep runs don't mix into it. Retries
+    while the tree does not import (someone is mid-edit or mid-rebuild)."""
+    import shutil
+
+    dst = os.path.join(workdir, "snapshot")
+    for attempt in range(10):
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(os.path.join(REPO, "python", "torchtpu"), os.path.join(dst, "torchtpu"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(os.path.abspath(__file__), os.path.join(dst, "opinfo_runner.py"))
+        r = subprocess.run([sys.executable, "-c", "import torchtpu"], cwd=workdir,
+                           env=dict(env, PYTHONPATH=dst), capture_output=True, text=True)
+        if r.returncode == 0:
+            return dst
+        time.sleep(15)
+    raise RuntimeError(f"python/torchtpu does not import:\n{r.stderr[-2000:]}")
+
+
 def run(opts):
     """Runs the workers to completion and returns the aggregated Results."""
     t0 = time.monotonic()
@@ -766,6 +795,17 @@ def run(opts):
     if opts.jobs > 1:
         env.setdefault("TORCHTPU_NUM_THREADS", "1")
     workdir = tempfile.mkdtemp(prefix="opinfo-")
+    head = _git("rev-parse", "--short", "HEAD")
+    dirty = [line for line in _git("status", "--porcelain", "--", "python", "csrc").splitlines()
+             if line.strip()]
+    provenance = f"git {head or '?'}" + (f" + {len(dirty)} uncommitted file(s) in python/, csrc/"
+                                         if dirty else "")
+    opts.worker_script = os.path.abspath(__file__)
+    if opts.snapshot:
+        snap = _snapshot(workdir, env)
+        opts.worker_script = os.path.join(snap, "opinfo_runner.py")
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (snap, env.get("PYTHONPATH")) if x)
+        provenance += ", run on a snapshot of python/torchtpu taken at the start"
     shards = [_Shard(i, opts.jobs, opts, workdir, env) for i in range(opts.jobs)]
     for s in shards:
         s.start()
@@ -789,8 +829,10 @@ def run(opts):
         raise RuntimeError("\n".join(errors))
     records = [r for s in shards for r in s.records]
     meta = next(r for s in shards for r in s.records if r["t"] == "meta")
-    return Results(records, meta, time.monotonic() - t0, opts,
-                   crashes=sum(s.crashes for s in shards), workdir=workdir)
+    res = Results(records, meta, time.monotonic() - t0, opts,
+                  crashes=sum(s.crashes for s in shards), workdir=workdir)
+    res.provenance = provenance
+    return res
 
 
 class OpStats:
@@ -811,6 +853,7 @@ class Results:
     def __init__(self, records, meta, seconds, opts, crashes=0, workdir=None):
         self.meta, self.seconds, self.opts, self.crashes, self.workdir = (
             meta, seconds, opts, crashes, workdir)
+        self.provenance = "?"       # set by run()
         self.registered = set(meta["registered"])
         self.core = set(meta["core"])
         self.native = set(meta["native"])
@@ -933,7 +976,8 @@ class Results:
         w("")
         w(f"- command: `{command}`")
         w(f"- date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}")
-        w(f"- torch {self.meta['torch']}, {len(self.registered)} overloads lowered on tpu")
+        w(f"- torch {self.meta['torch']}; torchtpu {self.provenance}, "
+          f"{len(self.registered)} overloads lowered")
         w(f"- run time: {self.seconds:.0f} s ({o.jobs} worker process(es))")
         cap = (f"at most {o.max_samples_per_op} samples per OpInfo and dtype"
                if o.max_samples_per_op else "all samples")
@@ -1115,6 +1159,9 @@ def parse_args(argv):
                    help="skip the per-op CPU check used for attribution")
     p.add_argument("--no-plain-rerun", dest="plain_rerun", action="store_false",
                    help="after a worker crash, do not rerun the sample without the dispatch mode")
+    p.add_argument("--snapshot", action="store_true",
+                   help="run on a copy of python/torchtpu taken at the start (long sweeps while "
+                        "the tree is being edited)")
     p.add_argument("--write-expected", help="write the failing (OpInfo, dtype) pairs here")
     p.add_argument("--check-expected",
                    help="exit 1 if a pair fails that this expected-failures file does not list")

@@ -1,1 +1,847 @@
-"""Lowering rules: conv."""
+"""Convolution, pooling and upsampling.
+
+Convolutions (and their gradients) are IR ``convolution`` ops at the
+matmul precision (docs/design/precision.md); reduced-precision inputs
+accumulate in float32 inside the kernel and round once. Pooling is
+``reduce_window`` (max/sum/argmax), its gradients ``scatter``-add or
+``pad`` + ``reduce_window``; adaptive pooling and upsampling are ``gather``
+along one spatial dimension at a time with index vectors computed in the
+graph from iotas, exactly as PyTorch's CPU kernels compute them.
+"""
+import torch
+
+from .. import _C
+from .._registry import lowering
+from .ctx import OPMATH, REDUCE, NotLowerable
+from .elementwise import _check_dtypes
+
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+_ARGMAX = 6     # tpu_reduce_kind_t TPU_REDUCE_ARGMAX
+_SCATTER_ADD = 1
+_S64 = torch.int64
+
+
+def _acc(dtype):
+    return OPMATH.get(dtype, dtype)
+
+
+def _float_inputs(what, *ts):
+    _check_dtypes(*ts)
+    for t in ts:
+        if t is not None and t.dtype not in _FLOATS:
+            raise NotLowerable(f"{what} of {t.dtype}")
+
+
+def _expand(v, n, what):
+    """An int or a list of 1 or n ints as n ints."""
+    if isinstance(v, int):
+        return [v] * n
+    v = list(v)
+    if len(v) == 1:
+        return v * n
+    if len(v) != n:
+        raise NotLowerable(f"{what} has {len(v)} entries for {n} spatial dims")
+    return v
+
+
+def _emit(ctx, v, m, kw):
+    """Outputs v as the op's single result: into its out=/grad_input= tensor
+    when given (m is then the meta of the resized out), else like m."""
+    for name in ("out", "grad_input"):
+        t = kw.get(name)
+        if t is not None:
+            if tuple(t.shape) != tuple(m.shape):
+                raise NotLowerable(f"{name}= tensor of another shape (resize)")
+            ctx.output_into(v, t, name)
+            return
+    ctx.output(v, like=m)
+
+
+def _prod(xs):
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+# ------------------------------------------------------------ convolution
+
+def _conv(ctx, x, w, strides, lo, hi, lhs_dil, rhs_dil, groups, out_dtype):
+    """IR convolution of x [N, C, sp...] with w [O, C/groups, k...]."""
+    ns = x.rank - 2
+    shape = [x.shape[0], w.shape[0]]
+    for d in range(ns):
+        n_in = x.shape[2 + d]
+        din = 0 if n_in == 0 else (n_in - 1) * lhs_dil[d] + 1
+        k = w.shape[2 + d]
+        dk = 0 if k == 0 else (k - 1) * rhs_dil[d] + 1
+        padded = din + lo[d] + hi[d]
+        if padded < dk:
+            raise NotLowerable("kernel larger than the padded input")
+        shape.append((padded - dk) // strides[d] + 1)
+    ints = (ns, *strides, *lo, *hi, *lhs_dil, *rhs_dil, groups)
+    return ctx.op("convolution", x, w, kind=_C.get_precision(), ints=ints, dtype=out_dtype,
+                  shape=tuple(shape))
+
+
+def _spatial(v):
+    return list(range(2, v.rank))
+
+
+def _reverse_swap(ctx, w, groups):
+    """[A, B, k...] with A = groups*Ag -> [groups*B, Ag, k...], spatially
+    reversed: the kernel of the adjoint (transposed) convolution."""
+    a, b, ks = w.shape[0], w.shape[1], w.shape[2:]
+    ag = a // groups
+    v = ctx.reshape(w, (groups, ag, b) + ks)
+    v = ctx.transpose(v, (0, 2, 1) + tuple(range(3, v.rank)))
+    v = ctx.reshape(v, (groups * b, ag) + ks)
+    return ctx.op("reverse", v, ints=tuple(_spatial(v)))
+
+
+def _grad_input(ctx, gy, w, in_sizes, stride, padding, dilation, groups, acc):
+    """d conv(x, w) / dx applied to gy: gy lhs-dilated by the stride, padded,
+    convolved with the reversed, in/out-swapped kernel."""
+    ns = gy.rank - 2
+    ks = w.shape[2:]
+    lo, hi = [], []
+    for d in range(ns):
+        p = gy.shape[2 + d]
+        lo.append(dilation[d] * (ks[d] - 1) - padding[d])
+        hi.append(in_sizes[d] - 1 - (p - 1) * stride[d] + padding[d])
+    return _conv(ctx, gy, _reverse_swap(ctx, w, groups), [1] * ns, lo, hi, stride, dilation,
+                 groups, acc)
+
+
+def _grad_weight(ctx, x, gy, ks, stride, padding, dilation, groups, acc):
+    """dw[o, c, k] = sum_{n,p} gy[n, o, p] * x[n, g*Cg + c, p*s - pad + k*d]:
+    a convolution where the batch dim is the contraction (channel) dim, the
+    forward dilation the stride and the forward stride the kernel dilation."""
+    ns = x.rank - 2
+    n, c = x.shape[:2]
+    o = gy.shape[1]
+    cg, og = c // groups, o // groups
+    sx, sg = x.shape[2:], gy.shape[2:]
+    lhs = ctx.reshape(x, (n, groups, cg) + sx)
+    lhs = ctx.transpose(lhs, (2, 1, 0) + tuple(range(3, 3 + ns)))
+    lhs = ctx.reshape(lhs, (cg, groups * n) + sx)
+    rhs = ctx.reshape(gy, (n, groups, og) + sg)
+    rhs = ctx.transpose(rhs, (1, 2, 0) + tuple(range(3, 3 + ns)))
+    rhs = ctx.reshape(rhs, (o, n) + sg)
+    hi = [(ks[d] - 1) * dilation[d] + (sg[d] - 1) * stride[d] + 1 - sx[d] - padding[d]
+          for d in range(ns)]
+    r = _conv(ctx, lhs, rhs, dilation, padding, hi, [1] * ns, stride, groups, acc)
+    return ctx.transpose(r, (1, 0) + tuple(range(2, 2 + ns)))
+
+
+def _conv_args(input, weight, stride, padding, dilation, output_padding):
+    ns = weight.dim() - 2
+    if ns < 1 or input.dim() != weight.dim():
+        raise NotLowerable("unbatched or malformed convolution")
+    return (ns, _expand(stride, ns, "stride"), _expand(padding, ns, "padding"),
+            _expand(dilation, ns, "dilation"), _expand(output_padding, ns, "output_padding"))
+
+
+@lowering("aten::convolution", "aten::convolution.out", uses_precision=True)
+def convolution(ctx, input, weight, bias, stride, padding, dilation, transposed,
+                output_padding, groups, *, out=None):
+    _float_inputs("convolution", input, weight, bias)
+    m = ctx.meta()
+    if input.dtype != weight.dtype or (bias is not None and bias.dtype != input.dtype):
+        raise NotLowerable("mixed dtypes")
+    ns, stride, padding, dilation, output_padding = _conv_args(
+        input, weight, stride, padding, dilation, output_padding)
+    acc = _acc(input.dtype)
+    x, w = ctx.input(input, "input"), ctx.input(weight, "weight")
+    if transposed:
+        ks = weight.shape[2:]
+        lo = [dilation[d] * (ks[d] - 1) - padding[d] for d in range(ns)]
+        hi = [lo[d] + output_padding[d] for d in range(ns)]
+        r = _conv(ctx, x, _reverse_swap(ctx, w, groups), [1] * ns, lo, hi, stride, dilation,
+                  groups, acc)
+    else:
+        r = _conv(ctx, x, w, stride, padding, padding, [1] * ns, dilation, groups, acc)
+    if r.shape != tuple(m.shape):
+        raise NotLowerable(f"convolution result {r.shape} differs from {tuple(m.shape)}")
+    if bias is not None:
+        b = ctx.convert(ctx.input(bias, "bias"), acc)
+        r = ctx.binary("add", r, ctx.broadcast_in_dim(b, r.shape, (1,)))
+    _emit(ctx, r, m, {"out": out})
+
+
+@lowering("aten::convolution_backward", uses_precision=True)
+def convolution_backward(ctx, grad_output, input, weight, bias_sizes, stride, padding, dilation,
+                         transposed, output_padding, groups, output_mask):
+    _float_inputs("convolution_backward", grad_output, input, weight)
+    if not (grad_output.dtype == input.dtype == weight.dtype):
+        raise NotLowerable("mixed dtypes")
+    m = ctx.meta()
+    ns, stride, padding, dilation, output_padding = _conv_args(
+        input, weight, stride, padding, dilation, output_padding)
+    acc = _acc(input.dtype)
+    gy = ctx.input(grad_output, "grad_output")
+    ks = tuple(weight.shape[2:])
+    results = []
+    if output_mask[0]:
+        w = ctx.input(weight, "weight")
+        if transposed:
+            # the adjoint of a transposed convolution is the forward one
+            hi = [(input.shape[2 + d] - 1) * stride[d] + dilation[d] * (ks[d] - 1) + 1
+                  - grad_output.shape[2 + d] - padding[d] for d in range(ns)]
+            gi = _conv(ctx, gy, w, stride, padding, hi, [1] * ns, dilation, groups, acc)
+        else:
+            gi = _grad_input(ctx, gy, w, input.shape[2:], stride, padding, dilation, groups, acc)
+        results.append((gi, m[0]))
+    else:
+        results.append(None)
+    if output_mask[1]:
+        x = ctx.input(input, "input")
+        if transposed:
+            gw = _grad_weight(ctx, gy, x, ks, stride, padding, dilation, groups, acc)
+        else:
+            gw = _grad_weight(ctx, x, gy, ks, stride, padding, dilation, groups, acc)
+        results.append((gw, m[1]))
+    else:
+        results.append(None)
+    if output_mask[2]:
+        g = ctx.convert(gy, acc)
+        gb = ctx.reduce("sum", g, [0] + _spatial(g))
+        results.append((gb, m[2]))
+    else:
+        results.append(None)
+    for r in results:
+        if r is None:
+            ctx.result_none()
+            continue
+        v, like = r
+        if v.shape != tuple(like.shape):
+            raise NotLowerable(f"convolution_backward result {v.shape} differs from "
+                               f"{tuple(like.shape)}")
+        ctx.output(v, like=like)
+
+
+# ---------------------------------------------------------------- pooling
+
+def _pool_args(self, ns, kernel_size, stride, padding, dilation=1):
+    if self.dim() not in (ns + 1, ns + 2):
+        raise NotLowerable(f"{self.dim()}-d input")
+    k = _expand(kernel_size, ns, "kernel_size")
+    s = _expand(stride, ns, "stride") if stride else list(k)
+    p = _expand(padding, ns, "padding")
+    d = _expand(dilation, ns, "dilation")
+    return k, s, p, d
+
+
+def _window(ctx, v, kind, lead, k, s, p, d, out_sp):
+    """reduce_window over the trailing spatial dims (window 1 elsewhere),
+    with the high padding that gives PyTorch's (ceil_mode) output sizes."""
+    ns = len(k)
+    sp = v.shape[lead:]
+    hi = [max(0, (out_sp[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - sp[i] - p[i])
+          for i in range(ns)]
+    one, zero = [1] * lead, [0] * lead
+    ints = (one + list(k)) + (one + list(s)) + (zero + list(p)) + (zero + hi) + (one + list(d))
+    r = ctx.op("reduce_window", v, kind=kind, ints=tuple(ints))
+    if tuple(r.shape[lead:]) != tuple(out_sp):
+        raise NotLowerable(f"pooling window gives {r.shape}, expected {out_sp}")
+    return r
+
+
+def _flat_position(ctx, shape, lead, sizes):
+    """The flat index over the spatial dims of each element of shape (s64)."""
+    pos = None
+    for i in range(len(sizes)):
+        t = ctx.iota(_S64, shape, lead + i)
+        mult = _prod(sizes[i + 1:])
+        if mult != 1:
+            t = ctx.binary("multiply", t, ctx.const(mult, _S64, shape))
+        pos = t if pos is None else ctx.binary("add", pos, t)
+    return pos
+
+
+def _emit_pair(ctx, vals, idx, m, out, indices):
+    if out is not None:
+        if tuple(out.shape) != tuple(m[0].shape) or tuple(indices.shape) != tuple(m[1].shape):
+            raise NotLowerable("out= tensors of another shape (resize)")
+        ctx.output_into(vals, out, "out")
+        ctx.output_into(idx, indices, "indices")
+    else:
+        ctx.output(vals, like=m[0])
+        ctx.output(idx, like=m[1])
+
+
+def _max_pool(ctx, self, ns, kernel_size, stride, padding, dilation, ceil_mode, meta=None):
+    _float_inputs("max_pool", self)
+    m = meta if meta is not None else ctx.meta()
+    k, s, p, d = _pool_args(self, ns, kernel_size, stride, padding, dilation)
+    lead = self.dim() - ns
+    out_sp = tuple(m[0].shape[lead:])
+    x = ctx.input(self, "self")
+    vals = _window(ctx, x, REDUCE["max"], lead, k, s, p, d, out_sp)
+    q = _window(ctx, x, _ARGMAX, lead, k, s, p, d, out_sp)
+    # the position inside the window -> PyTorch's flat input index
+    shape = q.shape
+    sizes = list(self.shape[lead:])
+    idx = None
+    for i in range(ns):
+        qi = q
+        inner = _prod(k[i + 1:])
+        if inner != 1:
+            qi = ctx.binary("divide", qi, ctx.const(inner, _S64, shape))
+        qi = ctx.binary("remainder", qi, ctx.const(k[i], _S64, shape))
+        o = ctx.iota(_S64, shape, lead + i)
+        pos = ctx.binary("add", ctx.binary("multiply", o, ctx.const(s[i], _S64, shape)),
+                         ctx.binary("multiply", qi, ctx.const(d[i], _S64, shape)))
+        pos = ctx.binary("subtract", pos, ctx.const(p[i], _S64, shape))
+        mult = _prod(sizes[i + 1:])
+        if mult != 1:
+            pos = ctx.binary("multiply", pos, ctx.const(mult, _S64, shape))
+        idx = pos if idx is None else ctx.binary("add", idx, pos)
+    # PyTorch's kernel takes the last NaN of a window (val > max || isnan)
+    isnan = ctx.compare("ne", x, x)
+    key = ctx.select(isnan, _flat_position(ctx, x.shape, lead, sizes),
+                     ctx.const(-1, _S64, x.shape))
+    last_nan = _window(ctx, key, REDUCE["max"], lead, k, s, p, d, out_sp)
+    idx = ctx.select(ctx.compare("ge", last_nan, ctx.const(0, _S64, shape)), last_nan, idx)
+    return m, vals, idx
+
+
+def _max_pool_rule(ns):
+    def rule(ctx, self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, *,
+             out=None, indices=None):
+        m, vals, idx = _max_pool(ctx, self, ns, kernel_size, stride, padding, dilation,
+                                 ceil_mode)
+        _emit_pair(ctx, vals, idx, m, out, indices)
+    return rule
+
+
+lowering("aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices.out")(
+    _max_pool_rule(2))
+lowering("aten::max_pool3d_with_indices", "aten::max_pool3d_with_indices.out")(
+    _max_pool_rule(3))
+
+
+def _scatter_back(ctx, self, grad_output, indices, lead, acc):
+    """grad_input[flat index] += grad_output (the adjoint of gathering the
+    window maxima by their flat spatial indices)."""
+    sp = _prod(self.shape[lead:])
+    out_sp = _prod(grad_output.shape[lead:])
+    lead_shape = tuple(self.shape[:lead])
+    g = ctx.reshape(ctx.convert(ctx.input(grad_output, "grad_output"), acc),
+                    lead_shape + (out_sp,))
+    idx = ctx.reshape(ctx.input(indices, "indices"), lead_shape + (out_sp,))
+    zeros = ctx.const(0, acc, lead_shape + (sp,))
+    r = ctx.op("scatter", zeros, idx, g, kind=_SCATTER_ADD, ints=(lead,))
+    return ctx.reshape(r, tuple(self.shape))
+
+
+def _max_pool_backward_rule(ns):
+    def rule(ctx, grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
+             indices, *, grad_input=None):
+        _float_inputs("max_pool backward", grad_output, self)
+        if self.dim() not in (ns + 1, ns + 2):
+            raise NotLowerable(f"{self.dim()}-d input")
+        m = ctx.meta()
+        lead = self.dim() - ns
+        if tuple(indices.shape) != tuple(grad_output.shape):
+            raise NotLowerable("indices and grad_output differ in shape")
+        r = _scatter_back(ctx, self, grad_output, indices, lead, _acc(self.dtype))
+        _emit(ctx, r, m, {"grad_input": grad_input})
+    return rule
+
+
+lowering("aten::max_pool2d_with_indices_backward",
+         "aten::max_pool2d_with_indices_backward.grad_input")(_max_pool_backward_rule(2))
+lowering("aten::max_pool3d_with_indices_backward",
+         "aten::max_pool3d_with_indices_backward.grad_input")(_max_pool_backward_rule(3))
+
+
+def _avg_divisor(ctx, shape, lead, sizes, k, s, p, count_include_pad, divisor_override, acc):
+    """PyTorch's avg_pool divide factor of each output element."""
+    if divisor_override is not None:
+        return ctx.const(divisor_override, acc, shape)
+    count = None
+    for i in range(len(k)):
+        o = ctx.iota(_S64, shape, lead + i)
+        start = ctx.binary("subtract", ctx.binary("multiply", o, ctx.const(s[i], _S64, shape)),
+                           ctx.const(p[i], _S64, shape))
+        end = ctx.binary("minimum", ctx.binary("add", start, ctx.const(k[i], _S64, shape)),
+                         ctx.const(sizes[i] + p[i], _S64, shape))
+        if not count_include_pad:
+            start = ctx.binary("maximum", start, ctx.const(0, _S64, shape))
+            end = ctx.binary("minimum", end, ctx.const(sizes[i], _S64, shape))
+        n = ctx.binary("subtract", end, start)
+        count = n if count is None else ctx.binary("multiply", count, n)
+    return ctx.convert(count, acc)
+
+
+def _avg_pool_rule(ns):
+    def rule(ctx, self, kernel_size, stride=(), padding=0, ceil_mode=False,
+             count_include_pad=True, divisor_override=None, *, out=None):
+        _float_inputs("avg_pool", self)
+        m = ctx.meta()
+        k, s, p, _ = _pool_args(self, ns, kernel_size, stride, padding)
+        lead = self.dim() - ns
+        out_sp = tuple(m.shape[lead:])
+        acc = _acc(self.dtype)
+        x = ctx.convert(ctx.input(self, "self"), acc)
+        total = _window(ctx, x, REDUCE["sum"], lead, k, s, p, [1] * ns, out_sp)
+        div = _avg_divisor(ctx, total.shape, lead, list(self.shape[lead:]), k, s, p,
+                           count_include_pad, divisor_override, acc)
+        _emit(ctx, ctx.binary("divide", total, div), m, {"out": out})
+    return rule
+
+
+lowering("aten::avg_pool2d", "aten::avg_pool2d.out")(_avg_pool_rule(2))
+lowering("aten::avg_pool3d", "aten::avg_pool3d.out")(_avg_pool_rule(3))
+
+
+def _avg_pool_backward_rule(ns):
+    def rule(ctx, grad_output, self, kernel_size, stride, padding, ceil_mode,
+             count_include_pad, divisor_override, *, grad_input=None):
+        _float_inputs("avg_pool backward", grad_output, self)
+        m = ctx.meta()
+        k, s, p, _ = _pool_args(self, ns, kernel_size, stride, padding)
+        lead = self.dim() - ns
+        acc = _acc(self.dtype)
+        g = ctx.convert(ctx.input(grad_output, "grad_output"), acc)
+        sizes = list(self.shape[lead:])
+        div = _avg_divisor(ctx, g.shape, lead, sizes, k, s, p, count_include_pad,
+                           divisor_override, acc)
+        g = ctx.binary("divide", g, div)
+        # each input element sums the outputs whose window covers it: the
+        # grad dilated by the stride, padded, summed over a k window
+        lo = [k[i] - 1 - p[i] for i in range(ns)]
+        hi = [sizes[i] - 1 - (g.shape[lead + i] - 1) * s[i] + p[i] for i in range(ns)]
+        interior = [s[i] - 1 for i in range(ns)]
+        zero = [0] * lead
+        g = ctx.op("pad", g, ctx.const(0, acc), ints=tuple(zero + lo + zero + hi + zero + interior))
+        r = _window(ctx, g, REDUCE["sum"], lead, k, [1] * ns, [0] * ns, [1] * ns, sizes)
+        _emit(ctx, r, m, {"grad_input": grad_input})
+    return rule
+
+
+lowering("aten::avg_pool2d_backward", "aten::avg_pool2d_backward.grad_input")(
+    _avg_pool_backward_rule(2))
+lowering("aten::avg_pool3d_backward", "aten::avg_pool3d_backward.grad_input")(
+    _avg_pool_backward_rule(3))
+
+
+# ------------------------------------------------------- adaptive pooling
+
+def _adaptive_bounds(ctx, n_in, n_out, kmax):
+    """start/end of each adaptive window ([n_out, kmax] s64 values) and the
+    gather index min(start + j, end - 1) with its validity."""
+    shape = (n_out, kmax)
+    o = ctx.iota(_S64, shape, 0)
+    j = ctx.iota(_S64, shape, 1)
+    c = lambda v: ctx.const(v, _S64, shape)  # noqa: E731
+    start = ctx.binary("divide", ctx.binary("multiply", o, c(n_in)), c(n_out))
+    end = ctx.binary("divide", ctx.binary("add", ctx.binary(
+        "multiply", ctx.binary("add", o, c(1)), c(n_in)), c(n_out - 1)), c(n_out))
+    pos = ctx.binary("add", start, j)
+    valid = ctx.compare("lt", pos, end)
+    idx = ctx.binary("minimum", pos, ctx.binary("subtract", end, c(1)))
+    return start, end, idx, valid
+
+
+def _window_sizes(n_in, n_out):
+    return [-(-(o + 1) * n_in // n_out) - (o * n_in // n_out) for o in range(n_out)]
+
+
+def _adaptive_sum(ctx, x, dim, n_out):
+    """Sums of x over the adaptive windows along dim."""
+    n_in = x.shape[dim]
+    shape = list(x.shape)
+    if n_in % n_out == 0:
+        k = n_in // n_out
+        v = ctx.reshape(x, tuple(shape[:dim] + [n_out, k] + shape[dim + 1:]))
+        return ctx.reduce("sum", v, [dim + 1])
+    kmax = max(_window_sizes(n_in, n_out))
+    _, _, idx, valid = _adaptive_bounds(ctx, n_in, n_out, kmax)
+    gshape = tuple(shape[:dim] + [n_out * kmax] + shape[dim + 1:])
+    idx = ctx.broadcast_in_dim(ctx.reshape(idx, (n_out * kmax,)), gshape, (dim,))
+    valid = ctx.broadcast_in_dim(ctx.reshape(valid, (n_out * kmax,)), gshape, (dim,))
+    v = ctx.op("gather", x, idx, ints=(dim,))
+    v = ctx.select(valid, v, ctx.const(0, x.dtype, gshape))
+    v = ctx.reshape(v, tuple(shape[:dim] + [n_out, kmax] + shape[dim + 1:]))
+    return ctx.reduce("sum", v, [dim + 1])
+
+
+def _adaptive_counts(ctx, shape, dim, n_in, n_out, acc):
+    """Window length of each output along dim, broadcast to shape."""
+    if n_in % n_out == 0:
+        return ctx.const(n_in // n_out, acc, shape)
+    o = ctx.iota(_S64, shape, dim)
+    c = lambda v: ctx.const(v, _S64, shape)  # noqa: E731
+    start = ctx.binary("divide", ctx.binary("multiply", o, c(n_in)), c(n_out))
+    end = ctx.binary("divide", ctx.binary("add", ctx.binary(
+        "multiply", ctx.binary("add", o, c(1)), c(n_in)), c(n_out - 1)), c(n_out))
+    return ctx.convert(ctx.binary("subtract", end, start), acc)
+
+
+def _adaptive_avg_rule(ns):
+    def rule(ctx, self, output_size, *, out=None):
+        _float_inputs("adaptive_avg_pool", self)
+        m = ctx.meta()
+        lead = self.dim() - ns
+        if lead not in (1, 2):
+            raise NotLowerable(f"{self.dim()}-d input")
+        out_sp = tuple(m.shape[lead:])
+        if self.numel() == 0 or 0 in out_sp:
+            raise NotLowerable("empty adaptive pooling")
+        acc = _acc(self.dtype)
+        v = ctx.convert(ctx.input(self, "self"), acc)
+        for i in range(ns):
+            v = _adaptive_sum(ctx, v, lead + i, out_sp[i])
+        # sum / kh / kw, as the CPU kernel divides
+        for i in range(ns):
+            v = ctx.binary("divide", v, _adaptive_counts(
+                ctx, v.shape, lead + i, self.shape[lead + i], out_sp[i], acc))
+        _emit(ctx, v, m, {"out": out})
+    return rule
+
+
+lowering("aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d.out")(_adaptive_avg_rule(2))
+lowering("aten::_adaptive_avg_pool3d", "aten::_adaptive_avg_pool3d.out")(_adaptive_avg_rule(3))
+
+
+def _adaptive_spread(ctx, g, dim, n_in):
+    """The adjoint of _adaptive_sum along dim: each input element receives
+    the value of every window that covers it."""
+    n_out = g.shape[dim]
+    shape = list(g.shape)
+    if n_in % n_out == 0:
+        k = n_in // n_out
+        wide = tuple(shape[:dim] + [n_out, k] + shape[dim + 1:])
+        keep = tuple(i for i in range(len(wide)) if i != dim + 1)
+        v = ctx.broadcast_in_dim(g, wide, keep)
+        return ctx.reshape(v, tuple(shape[:dim] + [n_in] + shape[dim + 1:]))
+    kmax = max(_window_sizes(n_in, n_out))
+    _, _, idx, valid = _adaptive_bounds(ctx, n_in, n_out, kmax)
+    wide = tuple(shape[:dim] + [n_out, kmax] + shape[dim + 1:])
+    keep = tuple(i for i in range(len(wide)) if i != dim + 1)
+    gshape = tuple(shape[:dim] + [n_out * kmax] + shape[dim + 1:])
+    upd = ctx.reshape(ctx.broadcast_in_dim(g, wide, keep), gshape)
+    idx = ctx.broadcast_in_dim(ctx.reshape(idx, (n_out * kmax,)), gshape, (dim,))
+    valid = ctx.broadcast_in_dim(ctx.reshape(valid, (n_out * kmax,)), gshape, (dim,))
+    upd = ctx.select(valid, upd, ctx.const(0, g.dtype, gshape))
+    zeros = ctx.const(0, g.dtype, tuple(shape[:dim] + [n_in] + shape[dim + 1:]))
+    return ctx.op("scatter", zeros, idx, upd, kind=_SCATTER_ADD, ints=(dim,))
+
+
+def _adaptive_avg_backward_rule(ns):
+    def rule(ctx, grad_output, self, *, out=None):
+        _float_inputs("adaptive_avg_pool backward", grad_output, self)
+        m = ctx.meta()
+        lead = self.dim() - ns
+        if lead not in (1, 2) or self.numel() == 0:
+            raise NotLowerable(f"{self.dim()}-d input")
+        acc = _acc(self.dtype)
+        g = ctx.convert(ctx.input(grad_output, "grad_output"), acc)
+        out_sp = grad_output.shape[lead:]
+        for i in range(ns):
+            g = ctx.binary("divide", g, _adaptive_counts(
+                ctx, g.shape, lead + i, self.shape[lead + i], out_sp[i], acc))
+        for i in reversed(range(ns)):
+            g = _adaptive_spread(ctx, g, lead + i, self.shape[lead + i])
+        _emit(ctx, g, m, {"out": out})
+    return rule
+
+
+lowering("aten::_adaptive_avg_pool2d_backward", "aten::_adaptive_avg_pool2d_backward.out")(
+    _adaptive_avg_backward_rule(2))
+lowering("aten::_adaptive_avg_pool3d_backward", "aten::_adaptive_avg_pool3d_backward.out")(
+    _adaptive_avg_backward_rule(3))
+
+
+@lowering("aten::adaptive_max_pool2d", "aten::adaptive_max_pool2d.out")
+def adaptive_max_pool2d(ctx, self, output_size, *, out=None, indices=None):
+    """Windows of equal size only (the input divisible by the output): then
+    it is max_pool2d with kernel = stride = input / output."""
+    _float_inputs("adaptive_max_pool2d", self)
+    lead = self.dim() - 2
+    sizes = self.shape[lead:]
+    osz = _expand(output_size, 2, "output_size")
+    if lead not in (1, 2) or any(o is None or o <= 0 or n % o for n, o in zip(sizes, osz)):
+        raise NotLowerable("adaptive max pooling with unequal windows")
+    k = [n // o for n, o in zip(sizes, osz)]
+    m, vals, idx = _max_pool(ctx, self, 2, k, k, 0, 1, False, meta=ctx.meta())
+    _emit_pair(ctx, vals, idx, m, out, indices)
+
+
+@lowering("aten::adaptive_max_pool2d_backward", "aten::adaptive_max_pool2d_backward.grad_input")
+def adaptive_max_pool2d_backward(ctx, grad_output, self, indices, *, grad_input=None):
+    _float_inputs("adaptive_max_pool2d backward", grad_output, self)
+    m = ctx.meta()
+    lead = self.dim() - 2
+    if lead not in (1, 2) or tuple(indices.shape) != tuple(grad_output.shape):
+        raise NotLowerable("malformed adaptive_max_pool2d_backward")
+    r = _scatter_back(ctx, self, grad_output, indices, lead, _acc(self.dtype))
+    _emit(ctx, r, m, {"grad_input": grad_input})
+
+
+# ------------------------------------------------------------- upsampling
+
+_SCALE_NAMES = {1: ("scales",), 2: ("scales_h", "scales_w"),
+                3: ("scales_d", "scales_h", "scales_w")}
+
+
+def _scales(ns, args, kw):
+    names = _SCALE_NAMES[ns]
+    vals = list(args) + [None] * (ns - len(args))
+    for i, n in enumerate(names):
+        if n in kw:
+            vals[i] = kw[n]
+    return vals[:ns]
+
+
+def _f32(x):
+    """x rounded to float32, as a Python float."""
+    return float(torch.tensor(x, dtype=torch.float32))
+
+
+def _scale_value(scale, n_in, n_out, dtype):
+    """compute_scales_value: 1/scale when given, else in/out, in dtype."""
+    if scale is not None and scale > 0:
+        v = torch.tensor(1.0 / scale, dtype=torch.float64).to(dtype)
+    else:
+        v = torch.tensor(n_in, dtype=dtype) / n_out
+    return float(v)
+
+
+def _nearest_src(ctx, n_in, n_out, scale, exact):
+    """Source index of each output (s64 [n_out]), as PyTorch's nearest_idx /
+    nearest_exact_idx compute it (float32 arithmetic)."""
+    shape = (n_out,)
+    i = ctx.iota(_S64, shape, 0)
+    if not exact and n_out == n_in:
+        return i
+    if not exact and n_out == 2 * n_in:
+        return ctx.binary("divide", i, ctx.const(2, _S64, shape))
+    f32 = torch.float32
+    sc = _scale_value(scale, n_in, n_out, f32)
+    if exact:
+        # floorf((dst + 0.5) * scale): the product in double, rounded to float
+        t = ctx.binary("multiply", ctx.binary("add", ctx.convert(i, torch.float64),
+                                              ctx.const(0.5, torch.float64, shape)),
+                       ctx.const(sc, torch.float64, shape))
+        t = ctx.convert(t, f32)
+    else:
+        t = ctx.binary("multiply", ctx.convert(i, f32), ctx.const(sc, f32, shape))
+    src = ctx.convert(ctx.unary("floor", t), _S64)
+    return ctx.binary("minimum", src, ctx.const(n_in - 1, _S64, shape))
+
+
+def _linear_src(ctx, n_in, n_out, align_corners, scale, op):
+    """(index0, index1, lambda0, lambda1) of each output ([n_out]) as
+    PyTorch's compute_source_index_and_lambda computes them in opmath op."""
+    shape = (n_out,)
+    i = ctx.iota(_S64, shape, 0)
+    if n_in == n_out:
+        return i, i, ctx.const(1, op, shape), ctx.const(0, op, shape)
+    if align_corners:
+        sc = float(torch.tensor(n_in - 1, dtype=op) / (n_out - 1)) if n_out > 1 else 0.0
+        real = ctx.binary("multiply", ctx.const(sc, op, shape), ctx.convert(i, op))
+    else:
+        sc = _scale_value(scale, n_in, n_out, op)
+        half = ctx.const(0.5, op, shape)
+        real = ctx.binary("subtract", ctx.binary(
+            "multiply", ctx.const(sc, op, shape), ctx.binary("add", ctx.convert(i, op), half)),
+            half)
+        zero = ctx.const(0, op, shape)
+        real = ctx.select(ctx.compare("lt", real, zero), zero, real)
+    # floorf: the index rounds through float32 even for double
+    i0 = ctx.convert(ctx.unary("floor", ctx.convert(real, torch.float32)), _S64)
+    last = ctx.const(n_in - 1, _S64, shape)
+    i0 = ctx.binary("minimum", i0, last)
+    l1 = ctx.binary("subtract", real, ctx.convert(i0, op))
+    l1 = ctx.binary("minimum", ctx.binary("maximum", l1, ctx.const(0, op, shape)),
+                    ctx.const(1, op, shape))
+    i1 = ctx.binary("add", i0, ctx.convert(ctx.compare("lt", i0, last), _S64))
+    l0 = ctx.binary("subtract", ctx.const(1, op, shape), l1)
+    return i0, i1, l0, l1
+
+
+def _along(ctx, v, shape, dim):
+    """A [n] vector broadcast along dim of shape."""
+    return ctx.broadcast_in_dim(v, tuple(shape), (dim,))
+
+
+def _gather_dim(ctx, x, idx, dim):
+    shape = list(x.shape)
+    shape[dim] = idx.shape[0]
+    return ctx.op("gather", x, _along(ctx, idx, shape, dim), ints=(dim,))
+
+
+def _scatter_dim(ctx, g, idx, dim, n_in):
+    shape = list(g.shape)
+    shape[dim] = n_in
+    zeros = ctx.const(0, g.dtype, tuple(shape))
+    return ctx.op("scatter", zeros, _along(ctx, idx, g.shape, dim), g, kind=_SCATTER_ADD,
+                  ints=(dim,))
+
+
+def _upsample_check(self, ns):
+    _float_inputs("upsample", self)
+    if self.dim() != ns + 2 or self.numel() == 0:
+        raise NotLowerable(f"{self.dim()}-d or empty input")
+
+
+def _nearest_rule(ns, exact):
+    def rule(ctx, self, output_size, *scales, out=None, **kw):
+        _upsample_check(self, ns)
+        m = ctx.meta()
+        sc = _scales(ns, scales, kw)
+        v = ctx.input(self, "self")
+        for d in range(ns):
+            n_in, n_out = self.shape[2 + d], m.shape[2 + d]
+            v = _gather_dim(ctx, v, _nearest_src(ctx, n_in, n_out, sc[d], exact), 2 + d)
+        _emit(ctx, v, m, {"out": out})
+    return rule
+
+
+def _nearest_backward_rule(ns, exact):
+    def rule(ctx, grad_output, output_size, input_size, *scales, grad_input=None, **kw):
+        _upsample_check(grad_output, ns)
+        m = ctx.meta()
+        sc = _scales(ns, scales, kw)
+        acc = _acc(grad_output.dtype)
+        g = ctx.convert(ctx.input(grad_output, "grad_output"), acc)
+        for d in range(ns):
+            n_in, n_out = m.shape[2 + d], grad_output.shape[2 + d]
+            g = _scatter_dim(ctx, g, _nearest_src(ctx, n_in, n_out, sc[d], exact), 2 + d, n_in)
+        _emit(ctx, g, m, {"grad_input": grad_input})
+    return rule
+
+
+for _ns in (1, 2, 3):
+    lowering(f"aten::upsample_nearest{_ns}d", f"aten::upsample_nearest{_ns}d.out")(
+        _nearest_rule(_ns, False))
+    lowering(f"aten::upsample_nearest{_ns}d_backward",
+             f"aten::upsample_nearest{_ns}d_backward.grad_input")(
+        _nearest_backward_rule(_ns, False))
+    lowering(f"aten::_upsample_nearest_exact{_ns}d", f"aten::_upsample_nearest_exact{_ns}d.out")(
+        _nearest_rule(_ns, True))
+    lowering(f"aten::_upsample_nearest_exact{_ns}d_backward",
+             f"aten::_upsample_nearest_exact{_ns}d_backward.grad_input")(
+        _nearest_backward_rule(_ns, True))
+
+
+def _linear_rule(ns):
+    def rule(ctx, self, output_size, align_corners, *scales, out=None, **kw):
+        _upsample_check(self, ns)
+        m = ctx.meta()
+        sc = _scales(ns, scales, kw)
+        op = _acc(self.dtype)
+        v = ctx.convert(ctx.input(self, "self"), op)
+        # innermost dim first: out = w0h * (row h0 along w) + w1h * (row h1 ...)
+        for d in reversed(range(ns)):
+            dim = 2 + d
+            n_in, n_out = self.shape[dim], m.shape[dim]
+            i0, i1, l0, l1 = _linear_src(ctx, n_in, n_out, align_corners, sc[d], op)
+            if self.dtype != op:     # the CPU kernel stores its weights in the input dtype
+                l0 = ctx.convert(ctx.convert(l0, self.dtype), op)
+                l1 = ctx.convert(ctx.convert(l1, self.dtype), op)
+            a = _gather_dim(ctx, v, i0, dim)
+            b = _gather_dim(ctx, v, i1, dim)
+            v = ctx.binary("add", ctx.binary("multiply", a, _along(ctx, l0, a.shape, dim)),
+                           ctx.binary("multiply", b, _along(ctx, l1, b.shape, dim)))
+        _emit(ctx, v, m, {"out": out})
+    return rule
+
+
+def _linear_backward_rule(ns):
+    def rule(ctx, grad_output, output_size, input_size, align_corners, *scales,
+             grad_input=None, **kw):
+        _upsample_check(grad_output, ns)
+        m = ctx.meta()
+        sc = _scales(ns, scales, kw)
+        op = _acc(grad_output.dtype)
+        g = ctx.convert(ctx.input(grad_output, "grad_output"), op)
+        for d in range(ns):
+            dim = 2 + d
+            n_in, n_out = m.shape[dim], grad_output.shape[dim]
+            i0, i1, l0, l1 = _linear_src(ctx, n_in, n_out, align_corners, sc[d], op)
+            a = _scatter_dim(ctx, ctx.binary("multiply", g, _along(ctx, l0, g.shape, dim)),
+                             i0, dim, n_in)
+            b = _scatter_dim(ctx, ctx.binary("multiply", g, _along(ctx, l1, g.shape, dim)),
+                             i1, dim, n_in)
+            g = ctx.binary("add", a, b)
+        _emit(ctx, g, m, {"grad_input": grad_input})
+    return rule
+
+
+for _ns, _name in ((1, "linear1d"), (2, "bilinear2d"), (3, "trilinear3d")):
+    lowering(f"aten::upsample_{_name}", f"aten::upsample_{_name}.out")(_linear_rule(_ns))
+    lowering(f"aten::upsample_{_name}_backward", f"aten::upsample_{_name}_backward.grad_input")(
+        _linear_backward_rule(_ns))
+
+
+# ---------------------------------------------------------- im2col/col2im
+
+def _im2col_args(kernel_size, dilation, padding, stride):
+    return (_expand(kernel_size, 2, "kernel_size"), _expand(dilation, 2, "dilation"),
+            _expand(padding, 2, "padding"), _expand(stride, 2, "stride"))
+
+
+@lowering("aten::im2col", "aten::im2col.out")
+def im2col(ctx, self, kernel_size, dilation, padding, stride, *, out=None):
+    """unfold: one strided slice of the padded input per kernel position."""
+    _float_inputs("im2col", self)
+    m = ctx.meta()
+    k, d, p, s = _im2col_args(kernel_size, dilation, padding, stride)
+    if self.dim() not in (3, 4) or self.numel() == 0:
+        raise NotLowerable("empty or malformed im2col")
+    x = ctx.input(self, "self")
+    if self.dim() == 3:
+        x = ctx.reshape(x, (1,) + x.shape)
+    n, c, h, w = x.shape
+    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    x = ctx.op("pad", x, ctx.const(0, x.dtype), ints=(0, 0, p[0], p[1], 0, 0, p[0], p[1],
+                                                      0, 0, 0, 0))
+    cols = []
+    for kh in range(k[0]):
+        for kw in range(k[1]):
+            y0, x0 = kh * d[0], kw * d[1]
+            v = ctx.op("slice", x, ints=(0, 0, y0, x0, n, c, y0 + (oh - 1) * s[0] + 1,
+                                         x0 + (ow - 1) * s[1] + 1, 1, 1, s[0], s[1]))
+            cols.append(ctx.reshape(v, (n, c, 1, oh * ow)))
+    v = cols[0] if len(cols) == 1 else ctx.op("concatenate", *cols, ints=(2,))
+    v = ctx.reshape(v, tuple(m.shape))
+    _emit(ctx, v, m, {"out": out})
+
+
+@lowering("aten::col2im", "aten::col2im.out")
+def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride, *, out=None):
+    """fold: the adjoint of im2col, summing kernel positions in their order."""
+    _float_inputs("col2im", self)
+    m = ctx.meta()
+    k, d, p, s = _im2col_args(kernel_size, dilation, padding, stride)
+    if self.dim() not in (2, 3) or self.numel() == 0:
+        raise NotLowerable("empty or malformed col2im")
+    h, w = m.shape[-2:]
+    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    acc = _acc(self.dtype)
+    v = ctx.convert(ctx.input(self, "self"), acc)
+    if self.dim() == 2:
+        v = ctx.reshape(v, (1,) + v.shape)
+    n = v.shape[0]
+    c = v.shape[1] // (k[0] * k[1])
+    if c * k[0] * k[1] != v.shape[1] or v.shape[2] != oh * ow:
+        raise NotLowerable("malformed col2im")
+    v = ctx.reshape(v, (n, c, k[0], k[1], oh, ow))
+    total = None
+    for kh in range(k[0]):
+        for kw in range(k[1]):
+            sl = ctx.op("slice", v, ints=(0, 0, kh, kw, 0, 0, n, c, kh + 1, kw + 1, oh, ow,
+                                          1, 1, 1, 1, 1, 1))
+            sl = ctx.reshape(sl, (n, c, oh, ow))
+            lo = [kh * d[0] - p[0], kw * d[1] - p[1]]
+            hi = [h - lo[0] - ((oh - 1) * s[0] + 1), w - lo[1] - ((ow - 1) * s[1] + 1)]
+            sl = ctx.op("pad", sl, ctx.const(0, acc), ints=(0, 0, lo[0], lo[1], 0, 0, hi[0],
+                                                            hi[1], 0, 0, s[0] - 1, s[1] - 1))
+            total = sl if total is None else ctx.binary("add", total, sl)
+    _emit(ctx, ctx.reshape(total, tuple(m.shape)), m, {"out": out})

@@ -122,9 +122,10 @@ def _emit_as(ctx, v, like):
     ctx.output(v, like=like)
 
 
-def _emit_maybe(ctx, compute, like):
-    """A result PyTorch may return undefined (None, output_mask)."""
-    if like is None:
+def _emit_maybe(ctx, compute, like, wanted=True):
+    """A result PyTorch may return undefined (None): not wanted by the
+    output_mask, or undefined in the meta result."""
+    if like is None or not wanted:
         ctx.result_none()
     else:
         _emit_as(ctx, compute(), like)
@@ -789,9 +790,9 @@ def native_layer_norm_backward(ctx, grad_out, input, normalized_shape, mean, rst
         mgx = _back(ctx, _mean(ctx, _mul(ctx, g, xhat), dims), shape, dims)
         return _mul(ctx, rs, _sub(ctx, _sub(ctx, g, mg), _mul(ctx, xhat, mgx)))
 
-    _emit_maybe(ctx, grad_input, m[0])
-    _emit_maybe(ctx, lambda: ctx.reduce("sum", _mul(ctx, dy, xhat), outer), m[1])
-    _emit_maybe(ctx, lambda: ctx.reduce("sum", dy, outer), m[2])
+    _emit_maybe(ctx, grad_input, m[0], output_mask[0])
+    _emit_maybe(ctx, lambda: ctx.reduce("sum", _mul(ctx, dy, xhat), outer), m[1], output_mask[1])
+    _emit_maybe(ctx, lambda: ctx.reduce("sum", dy, outer), m[2], output_mask[2])
 
 
 # ------------------------------------------------------------- group norm
@@ -844,9 +845,9 @@ def native_group_norm_backward(ctx, grad_out, input, mean, rstd, weight, N, C, H
         mgx = _back(ctx, _mean(ctx, _mul(ctx, g, xhat), dims), shape, dims)
         return _mul(ctx, rs, _sub(ctx, _sub(ctx, g, mg), _mul(ctx, xhat, mgx)))
 
-    _emit_maybe(ctx, grad_input, m[0])
-    _emit_maybe(ctx, lambda: ctx.reduce("sum", _mul(ctx, dy, xhat), [0, 3]), m[1])
-    _emit_maybe(ctx, lambda: ctx.reduce("sum", dy, [0, 3]), m[2])
+    _emit_maybe(ctx, grad_input, m[0], output_mask[0])
+    _emit_maybe(ctx, lambda: ctx.reduce("sum", _mul(ctx, dy, xhat), [0, 3]), m[1], output_mask[1])
+    _emit_maybe(ctx, lambda: ctx.reduce("sum", dy, [0, 3]), m[2], output_mask[2])
 
 
 # ------------------------------------------------------------- batch norm
@@ -900,10 +901,12 @@ def _batch_norm(ctx, input, weight, bias, running_mean, running_var, training, m
         y = _add(ctx, y, b)
     ctx.output(y, like=m[0])
     for v, like in ((mu, m[1]), (invstd, m[2])):
-        if like.numel() == 0:
-            ctx.output(ctx.const(0, like.dtype, tuple(like.shape)), like=like)
-        else:
+        if training:
             _emit_as(ctx, v, like)
+        else:
+            # the CPU kernels return empty save_mean/save_invstd in eval
+            # mode (the meta kernels say [C])
+            ctx.output(ctx.const(0, like.dtype, (0,)), strides=(1,))
 
 
 @lowering("aten::native_batch_norm", runtime=("momentum", "eps"))
@@ -973,9 +976,9 @@ def native_batch_norm_backward(ctx, grad_out, input, weight, running_mean, runni
         mean_dy = _back(ctx, _div(ctx, sum_dy, float(n)), shape, dims)
         return _mul(ctx, _sub(ctx, _sub(ctx, dy, mean_dy), proj), scale)
 
-    _emit_maybe(ctx, grad_input, m[0])
-    _emit_maybe(ctx, lambda: _mul(ctx, dotp, invstd), m[1])
-    _emit_maybe(ctx, lambda: sum_dy, m[2])
+    _emit_maybe(ctx, grad_input, m[0], output_mask[0])
+    _emit_maybe(ctx, lambda: _mul(ctx, dotp, invstd), m[1], output_mask[1])
+    _emit_maybe(ctx, lambda: sum_dy, m[2], output_mask[2])
 
 
 # ------------------------------------------------------------- dropout
@@ -988,6 +991,11 @@ def native_dropout(ctx, input, p, train):
     m = ctx.meta()
     shape = tuple(input.shape)
     x = ctx.input(input, "input")
+    if input.numel() == 0:
+        # the CPU kernel returns a mask of the input's dtype here
+        ctx.output(ctx.materialize(x), like=m[0])
+        ctx.output(ctx.const(0, input.dtype, shape), like=m[0])
+        return
     if train is False:
         ctx.output(ctx.materialize(x), like=m[0])
         ctx.output(ctx.const(True, torch.bool, shape), like=m[1])

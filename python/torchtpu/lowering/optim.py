@@ -288,12 +288,16 @@ _UNARY = {
 
 def _unary_family(name, fn, kind, int_identity):
     def rule(ctx, self):
-        if any(not t.dtype.is_floating_point for t in self):
-            if not int_identity or any(t.dtype == torch.bool for t in self):
-                raise NotLowerable(f"_foreach_{name} of a non-float tensor")
-            _foreach(ctx, lambda c, a: a, [self], ["self"], _is_inplace(ctx), kind)
-            return
-        _foreach(ctx, fn, [self], ["self"], _is_inplace(ctx), kind)
+        ints = [not t.dtype.is_floating_point for t in self]
+        if any(ints) and (name == "frac" or any(t.dtype == torch.bool for t in self)):
+            raise NotLowerable(f"_foreach_{name} of a non-float tensor")
+        if int_identity and any(ints):
+            if not all(ints):
+                raise NotLowerable("mixed float and integer tensors")
+            fn_ = lambda c, a: a  # noqa: E731  (rounding integers is the identity)
+        else:
+            fn_ = fn
+        _foreach(ctx, fn_, [self], ["self"], _is_inplace(ctx), kind)
 
     lowering(f"aten::_foreach_{name}", f"aten::_foreach_{name}_")(rule)
 

@@ -23,7 +23,6 @@ _CPU_NAME = {
     torch.int32: "Int", torch.int64: "Long", torch.float16: "Half",
     torch.bfloat16: "BFloat16", torch.float32: "Float", torch.float64: "Double",
 }
-_INTS = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
 
 
 def _cat(dtype):
@@ -39,27 +38,60 @@ def _inplace(ctx):
 def _check_supported(kernel, dtype, allow):
     """Raises the CPU kernel's dispatch error for dtypes it does not handle."""
     if kernel is not None and _cat(dtype) not in allow:
-        raise RuntimeError(f'"{kernel}" not implemented for \'{_CPU_NAME[dtype]}\'')
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_CPU_NAME[dtype]}\'')
+
+
+def _wrap(x):
+    """A Python number passed for a Tensor argument as the 0-dim CPU tensor
+    that promotes like it (the meta kernels want tensors there)."""
+    if isinstance(x, bool):
+        return torch.tensor(x)
+    if isinstance(x, int):
+        return torch.tensor(x, dtype=torch.int64)
+    if isinstance(x, float):
+        return torch.tensor(x, dtype=torch.get_default_dtype())
+    return x
+
+
+def _meta(ctx):
+    """ctx.meta(), also when PyTorch handed over a wrapped number as a plain
+    Python number for a Tensor argument (where(c, x, 0.0), x % 2)."""
+    schema = ctx.overload._schema
+    tensor_args = {a.name for a in schema.arguments if "Tensor" in str(a.type)}
+    pos = [a.name for a in schema.arguments if not a.kwarg_only]
+    args = [_wrap(v) if i < len(pos) and pos[i] in tensor_args else v
+            for i, v in enumerate(ctx.args)]
+    kwargs = {k: _wrap(v) if k in tensor_args else v for k, v in ctx.kwargs.items()}
+    saved = ctx.args, ctx.kwargs
+    ctx.args, ctx.kwargs = args, kwargs
+    try:
+        return ctx.meta()   # cached: elementwise() gets the same result
+    finally:
+        ctx.args, ctx.kwargs = saved
+
+
+def _start(ctx, inputs, out):
+    """Checks shared by every rule; returns the tensor to write (self for
+    in-place ops, out for out= variants) or None."""
+    _check_dtypes(*inputs)
+    if any((is_tensor(x) and x.dtype.is_complex) or isinstance(x, complex) for x in inputs):
+        raise NotLowerable("complex dtype")
+    m = _meta(ctx)
+    into = inputs[0] if _inplace(ctx) else out
+    if out is not None and into is out and tuple(out.shape) != tuple(m.shape):
+        raise NotLowerable("out= tensor needs resizing")
+    return into
 
 
 def _pw(ctx, fn, inputs, names, kind=K.DEFAULT, out=None, allow=None, kernel=None):
     """elementwise() for one call of a pointwise rule: in-place ops write into
     self, out= variants into out; allow/kernel reproduce the CPU kernel's
     unsupported-dtype error (allow: categories 'bool', 'int', 'float' of the
-    promoted dtype)."""
-    _check_dtypes(*inputs)
-    if any(is_tensor(x) and x.dtype.is_complex for x in inputs):
-        raise NotLowerable("complex dtype")
+    dtype the kernel dispatches on)."""
+    into = _start(ctx, inputs, out)     # shape errors come first
     if allow is not None:
-        _, result = elementwise_dtypes(*inputs, type_promotion_kind=kind)
-        if kind == K.ALWAYS_BOOL:
-            result = _  # the dtype the kernel dispatches on
-        _check_supported(kernel, result, allow)
-    into = inputs[0] if _inplace(ctx) else out
-    if out is not None and into is out:
-        m = ctx.meta()
-        if tuple(out.shape) != tuple(m.shape):
-            raise NotLowerable("out= tensor needs resizing")
+        _, common = elementwise_dtypes(*inputs, type_promotion_kind=K.DEFAULT)
+        _check_supported(kernel, common, allow)
     return elementwise(ctx, fn, inputs, names, kind, into=into)
 
 
@@ -321,17 +353,13 @@ def nan_to_num(ctx, self, nan=None, posinf=None, neginf=None, *, out=None):
 
 # -------------------------------------------------------------- binary
 
-def _binary_rule(name, fn, kind=K.DEFAULT, allow=None, kernel=None, scalar=True,
-                 tensor_overload="Tensor", out_overload="Tensor_out"):
-    """name.Tensor/_.Tensor/.Tensor_out (and .Scalar/_.Scalar/.Scalar_out) with
-    other a tensor, a wrapped number or a Scalar (a runtime operand)."""
-    ovs = []
-    if tensor_overload == "":
-        ovs += _variants(name, "", "_", "out")
-    else:
-        ovs += _variants(name, tensor_overload, "_." + tensor_overload, out_overload)
-    if scalar:
-        ovs += _variants(name, "Scalar", "_.Scalar", "Scalar_out")
+_TENSOR_SCALAR = ("Tensor", "_.Tensor", "Tensor_out", "Scalar", "_.Scalar", "Scalar_out")
+
+
+def _binary_rule(name, fn, kind=K.DEFAULT, allow=None, kernel=None, suffixes=_TENSOR_SCALAR):
+    """Binary op overloads with other a tensor, a wrapped number or a Scalar
+    (a runtime operand)."""
+    ovs = _variants(name, *suffixes)
 
     def rule(ctx, self, other, *, out=None):
         _pw(ctx, fn, [self, other], ["self", "other"], kind, out=out, allow=allow,
@@ -387,18 +415,16 @@ def _bitwise(ir):
     return lambda c, a, b: c.binary(ir, a, b)
 
 
-_binary_rule("maximum", _fmax("maximum").__wrapped__ if False else
-             (lambda c, a, b: c.binary("maximum", a, b)), scalar=False, tensor_overload="")
-_binary_rule("minimum", lambda c, a, b: c.binary("minimum", a, b), scalar=False,
-             tensor_overload="")
-_binary_rule("fmax", _fmax("maximum"), scalar=False, tensor_overload="")
-_binary_rule("fmin", _fmax("minimum"), scalar=False, tensor_overload="")
-_binary_rule("fmod", lambda c, a, b: c.binary("remainder", a, b))
-_binary_rule("remainder", _remainder)
-_binary_rule("atan2", lambda c, a, b: c.binary("atan2", a, b), K.INT_TO_FLOAT, scalar=False,
-             tensor_overload="")
-_binary_rule("hypot", _hypot, allow=("float",), kernel="hypot_cpu", scalar=False,
-             tensor_overload="")
+_binary_rule("maximum", lambda c, a, b: c.binary("maximum", a, b), suffixes=("", "out"))
+_binary_rule("minimum", lambda c, a, b: c.binary("minimum", a, b), suffixes=("", "out"))
+_binary_rule("fmax", _fmax("maximum"), suffixes=("", "out"))
+_binary_rule("fmin", _fmax("minimum"), suffixes=("", "out"))
+_binary_rule("fmod", lambda c, a, b: c.binary("remainder", a, b), allow=("int", "float"),
+             kernel="fmod_cpu")
+_binary_rule("remainder", _remainder, allow=("int", "float"), kernel="remainder_cpu")
+_binary_rule("atan2", lambda c, a, b: c.binary("atan2", a, b), K.INT_TO_FLOAT,
+             suffixes=("", "_", "out"))
+_binary_rule("hypot", _hypot, allow=("float",), kernel="hypot_cpu", suffixes=("", "_", "out"))
 for _name, _ir in (("bitwise_and", "and"), ("bitwise_or", "or"), ("bitwise_xor", "xor")):
     _binary_rule(_name, _bitwise(_ir), allow=("bool", "int"), kernel=f"{_name}_cpu")
 
@@ -406,7 +432,8 @@ for _name, _ir in (("bitwise_and", "and"), ("bitwise_or", "or"), ("bitwise_xor",
 @_rule("aten::remainder.Scalar_Tensor", "aten::remainder.Scalar_Tensor_out",
        runtime=("self",))
 def remainder_scalar_tensor(ctx, self, other, *, out=None):
-    _pw(ctx, _remainder, [self, other], ["self", "other"], K.DEFAULT, out=out)
+    _pw(ctx, _remainder, [self, other], ["self", "other"], K.DEFAULT, out=out,
+        allow=("int", "float"), kernel="remainder_cpu")
 
 
 for _name, _ir in (("bitwise_and", "and"), ("bitwise_or", "or"), ("bitwise_xor", "xor")):
@@ -451,41 +478,30 @@ for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
 
 
 def _logical_rule(name, ir):
-    def f(c, a, b):
-        return c.op(ir, _nonzero(c, a), _nonzero(c, b))
-
+    """Logical ops test each operand against zero in its own dtype (there is
+    no common computation dtype)."""
     def rule(ctx, self, other, *, out=None):
-        # each operand is tested against zero in its own dtype
-        for x in (self, other):
-            _check_dtypes(x)
-
-        def g(c, a, b):
-            return f(c, a, b)
-
-        _logical(ctx, g, self, other, out)
+        into = _start(ctx, [self, other], out)
+        m = _meta(ctx)
+        shape = tuple(m.shape)
+        a = ctx.broadcast(_nonzero(ctx, ctx.operand(self, _natural(self), None, "self")), shape)
+        b = ctx.broadcast(_nonzero(ctx, ctx.operand(other, _natural(other), None, "other")), shape)
+        r = ctx.op(ir, a, b)
+        if into is not None:
+            ctx.output_into(r, into)
+        else:
+            ctx.output(r, like=m)
 
     _rule(*_variants(name, "", "_", "out"))(rule)
 
 
-def _logical(ctx, f, self, other, out):
-    """Logical ops compare each operand with zero in its own dtype (no
-    promotion), so they bypass the computation-dtype conversion."""
-    if any(is_tensor(x) and x.dtype.is_complex for x in (self, other)):
-        raise NotLowerable("complex dtype")
-    into = self if _inplace(ctx) else out
-    m = ctx.meta()
-    if out is not None and into is out and tuple(out.shape) != tuple(m.shape):
-        raise NotLowerable("out= tensor needs resizing")
-    shape = tuple(m.shape)
-    a = ctx.input(self, "self") if is_tensor(self) else ctx.operand(self, torch.float64, None, "self")
-    b = ctx.input(other, "other") if is_tensor(other) else ctx.operand(other, torch.float64, None,
-                                                                       "other")
-    r = f(ctx, a, b)
-    r = ctx.broadcast(r, shape)
-    if into is not None:
-        ctx.output_into(r, into)
-    else:
-        ctx.output(r, like=m)
+def _natural(x):
+    """The dtype a tensor or Python number is read in."""
+    if is_tensor(x):
+        return x.dtype
+    if isinstance(x, bool):
+        return torch.bool
+    return torch.int64 if isinstance(x, int) else torch.float64
 
 
 _logical_rule("logical_and", "and")
@@ -517,12 +533,14 @@ def _pow_scalar_exponent(c, x, e):
 def pow_tensor_scalar(ctx, self, exponent, *, out=None):
     if isinstance(exponent, complex):
         raise NotLowerable("complex exponent")
-    half = self.dtype in (torch.bfloat16, torch.float16)
+    result = _meta(ctx).dtype
 
     def f(c, x, e):
-        if half:
+        if result in (torch.bfloat16, torch.float16):
             # the CPU kernel rounds the exponent to the tensor's dtype
-            e = c.convert(c.convert(e, self.dtype), x.dtype)
+            e = c.convert(c.convert(e, result), x.dtype)
+        if result == torch.float16:
+            return c.binary("power", x, e)    # no fast paths for half on CPU
         return _pow_scalar_exponent(c, x, e)
 
     _pw(ctx, f, [self, exponent], ["self", "exponent"], K.BOOL_TO_LONG, out=out)
@@ -786,16 +804,24 @@ def _mish_backward(c, g, x):
     return _mul(c, g, _add(c, t, _mul(c, _mul(c, x, s), _sub(c, one, _mul(c, t, t)))))
 
 
-def _elu_backward(c, g, x, alpha, scale, input_scale, is_result):
-    a = _scalar(c, alpha, x, "alpha")
-    s = _scalar(c, scale, x, "scale")
-    i = _scalar(c, input_scale, x, "input_scale")
-    negcoef = _mul(c, a, s)
-    if is_result:
-        neg = _mul(c, _mul(c, g, i), _add(c, x, negcoef))
-    else:
-        neg = _mul(c, _mul(c, _mul(c, g, i), negcoef), c.unary("exponential", _mul(c, x, i)))
-    return c.select(c.compare("le", x, _c(c, 0, x)), neg, _mul(c, g, s))
+@_rule("aten::elu_backward", "aten::elu_backward.grad_input",
+       runtime=("alpha", "scale", "input_scale"))
+def elu_backward(ctx, grad_output, alpha, scale, input_scale, is_result, self_or_result, *,
+                 grad_input=None):
+    def f(c, g, x):
+        a = _scalar(c, alpha, x, "alpha")
+        s = _scalar(c, scale, x, "scale")
+        i = _scalar(c, input_scale, x, "input_scale")
+        negcoef = _mul(c, a, s)
+        if is_result:
+            neg = _mul(c, _mul(c, g, i), _add(c, x, negcoef))
+        else:
+            neg = _mul(c, _mul(c, _mul(c, g, i), negcoef),
+                       c.unary("exponential", _mul(c, x, i)))
+        return c.select(c.compare("le", x, _c(c, 0, x)), neg, _mul(c, g, s))
+
+    _pw(ctx, f, [grad_output, self_or_result], ["grad_output", "self_or_result"], K.DEFAULT,
+        out=grad_input, allow=_FLOAT, kernel="elu_backward_cpu")
 
 
 def _leaky_relu_backward(c, g, x, negative_slope, self_is_result):
@@ -844,8 +870,6 @@ _backward(_variants("silu_backward", "", "grad_input"), _silu_backward, allow=_F
           kernel="silu_backward_cpu")
 _backward(_variants("mish_backward", ""), _mish_backward, allow=_FLOAT,
           kernel="mish_backward_cpu")
-_backward(_variants("elu_backward", "", "grad_input"), _elu_backward, "self_or_result",
-          runtime=("alpha", "scale", "input_scale"), allow=_FLOAT, kernel="elu_backward_cpu")
 _backward(_variants("leaky_relu_backward", "", "grad_input"), _leaky_relu_backward,
           runtime=("negative_slope",), allow=_FLOAT, kernel="leaky_relu_backward_cpu")
 _backward(_variants("softplus_backward", "", "grad_input"), _softplus_backward,
@@ -876,24 +900,13 @@ def where(ctx, condition, self, other, *, out=None):
        "aten::masked_fill.Tensor", "aten::masked_fill_.Tensor", "aten::masked_fill.Tensor_out",
        runtime=("value",))
 def masked_fill(ctx, self, mask, value, *, out=None):
-    _check_dtypes(self)
-    if self.dtype.is_complex or (is_tensor(value) and value.dtype.is_complex) \
-            or isinstance(value, complex):
-        raise NotLowerable("complex dtype")
-    m = ctx.meta()
-    into = self if _inplace(ctx) else out
-    if out is not None and tuple(out.shape) != tuple(m.shape):
-        raise NotLowerable("out= tensor needs resizing")
+    into = _start(ctx, [self, value], out)
+    m = _meta(ctx)
     shape = tuple(m.shape)
     x = ctx.broadcast(ctx.input(self, "self"), shape)
     p = ctx.broadcast(ctx.input(mask, "mask"), shape)
-    if is_tensor(value):
-        v = ctx.input(value, "value")
-    else:
-        # read the value as given, then cast like value.to<scalar_t>()
-        natural = torch.bool if isinstance(value, bool) else \
-            torch.int64 if isinstance(value, int) else torch.float64
-        v = ctx.operand(value, natural, None, "value")
+    # the value as given, then cast like value.to<scalar_t>()
+    v = ctx.operand(value, _natural(value), None, "value")
     v = ctx.broadcast(ctx.convert(v, self.dtype), shape)
     r = ctx.select(p, v, x)
     if into is not None:
