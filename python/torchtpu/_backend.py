@@ -205,7 +205,7 @@ def register():
         warnings.filterwarnings("ignore", message="Warning only once for all operators")
         _register_storage_kernels()
         from . import lowering  # noqa: F401  (registers the lowering rules)
-    from . import _autocast, _compat, _fallback, _printing, _serialization
+    from . import _autocast, _compat, _fallback, _modules, _printing, _serialization
 
     _fallback.register()
     _autocast.register()
@@ -214,7 +214,7 @@ def register():
     _compat.install()
     # nn.Module.to("tpu") must keep tied parameters tied; see
     # docs/design/integration.md
-    torch.__future__.set_swap_module_params_on_conversion(True)
+    _modules.install()
     _registered = True
     _check_autograd_engine()
 

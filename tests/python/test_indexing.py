@@ -726,3 +726,130 @@ def test_lowered_ops_are_registered():
                  "aten::slice_scatter", "aten::sort.stable", "aten::topk", "aten::_unique2",
                  "aten::randperm.generator_out", "aten::tril", "aten::eye.m_out"]:
         assert name in ops, name
+
+
+# ---------------------------------------------------------- edge cases
+
+
+def _setitem(t, key, v):
+    t = t.clone()
+    t[key] = v
+    return t
+
+
+X = make((4, 5, 3), seed=11)
+M = make((4, 5), torch.bool, 12)
+L = torch.tensor
+EDGE_CASES = {
+    "mask with uint8": (lambda t, m: t[m], X, M.to(torch.uint8)),
+    "mask put, values over the prefix": (
+        lambda t, m, v: _setitem(t, (slice(None), m), v), X, M[0], make((4, 1, 3), seed=2)),
+    "mask put, values per element": (
+        lambda t, m, v: _setitem(t, (slice(None), m), v), X, M[0],
+        make((int(M[0].sum()), 3), seed=3)),
+    "index of an empty tensor": (lambda t, i: t[i], torch.zeros(0, 3), L([], dtype=torch.long)),
+    "empty index": (lambda t, i: t[:, i], X, L([], dtype=torch.long)),
+    "two empty indices": (lambda t, i: t[i, i], X, L([], dtype=torch.long)),
+    "three indices": (lambda t, i, j, k: t[i, j, k], X, L([0, 3]), L([4, -5]), L([2, -3])),
+    "non-adjacent 2-d indices": (lambda t, i, j: t[i, :, j], X, L([[0], [3]]), L([[2, 1]])),
+    "put three indices, accumulate": (
+        lambda t, i, j, k: t.index_put((i, j, k), L(1.0), accumulate=True), X, L([0, 0]),
+        L([4, 4]), L([2, 2])),
+    "put non-adjacent, accumulate": (
+        lambda t, i, j: torch.ops.aten.index_put(t, [i, None, j], torch.ones(2, 5), True), X,
+        L([0, 0]), L([2, 2])),
+    "put bool, accumulate": (
+        lambda t, i: t.index_put((i,), L(True), accumulate=True), L([False, True]), L([0, 0])),
+    "gather, empty index": (lambda t, i: t.gather(1, i), X, torch.zeros(4, 0, 3, dtype=torch.long)),
+    "scatter of a scalar": (lambda t, i, s: t.scatter(0, i, s), L(1.0), L(0), L(5.0)),
+    "scatter_add of a scalar": (lambda t, i, s: t.scatter_add(0, i, s), L(1.0), L(0), L(5.0)),
+    "index_select of a scalar": (lambda t, i: t.index_select(0, i), L(3.0), L(0)),
+    "index_select of a scalar, two indices": (lambda t, i: t.index_select(0, i), L(3.0), L([0, 0])),
+    "index_add, wrong source rank": (
+        lambda t, i, s: t.index_add(0, i, s), L(3.0), L([0]), L([2.0])),
+    "index_copy, 0-dim index": (
+        lambda t, i, s: t.index_copy(0, i, s), make((3, 2)), L(1), make((1, 2), seed=1)),
+    "sort of a scalar": (lambda t: t.sort(), L(3.0)),
+    "sort of an empty tensor": (lambda t: t.sort(0), torch.zeros(0, 4)),
+    "sort, signed zeros": (lambda t: t.sort(stable=True), L([0.0, -0.0, 0.0, -0.0])),
+    "sort int8 and float64": (lambda a, b: (a.sort(stable=True), b.sort(stable=True)),
+                              make((10,), torch.int8), make((10,), torch.float64)),
+    "topk of a scalar": (lambda t: t.topk(1), L(3.0)),
+    "kthvalue keepdim": (lambda t: t.kthvalue(2, 0, True), torch.arange(10.0).reshape(5, 2)),
+    "masked_scatter, nothing to take": (
+        lambda t, m, s: t.masked_scatter(m, s), X[..., 0], torch.zeros(4, 5, dtype=torch.bool),
+        torch.zeros(0)),
+    "take, empty and 0-dim index": (
+        lambda t, i, j: (t.take(i), t.take(j)), X, L([], dtype=torch.long), L(-1)),
+    "put, bfloat16 accumulate": (
+        lambda t, i, s: t.put(i, s, accumulate=True), X.bfloat16(), L([1, 1, 2]),
+        torch.ones(3, dtype=torch.bfloat16)),
+    "empty tril/roll/pad": (lambda t: (t.tril(), t.roll(1, 0), F.pad(t, (1, 1))),
+                            torch.zeros(0, 3)),
+    "pad of a zero-size dim": (lambda t: F.pad(t, (1, 1), value=2.0), torch.zeros(2, 0)),
+    "integer pad with a float value": (lambda t: F.pad(t, (1, 1), value=2.7), torch.arange(4)),
+    "flip/roll of a scalar": (lambda t: (t.flip(0), t.roll(1)), L(3.0)),
+    "repeat_interleave of zeros": (lambda r: torch.repeat_interleave(r), L([0, 0])),
+    "repeat_interleave of nothing": (lambda r: torch.repeat_interleave(r),
+                                     L([], dtype=torch.long)),
+    "repeat_interleave int32": (lambda r: torch.repeat_interleave(r),
+                                L([1, 2], dtype=torch.int32)),
+    "unique of a scalar": (
+        lambda t: torch.unique(t, return_inverse=True, return_counts=True), L(3.0)),
+    "nonzero of an empty matrix": (lambda t: t.nonzero(), torch.zeros(0, 3)),
+    "nonzero counts NaN": (lambda t: t.nonzero(), L([0.0, float("nan"), -0.0])),
+    "nonzero_static of a scalar": (lambda t: torch.nonzero_static(t, size=2), L(3.0)),
+    "masked_select broadcasts self": (lambda t, m: t.masked_select(m), make((5,)), M),
+    "cat of scalars is an error": (lambda t: torch.cat([t, t]), L(1.0)),
+    "cat with a legacy empty": (lambda a, b: torch.cat([a, b]), torch.zeros(0),
+                                torch.ones(2, 2, dtype=torch.long)),
+    "select_scatter, negative dim": (
+        lambda t, s: torch.select_scatter(t, s, -1, 0), X, make((4, 5), seed=4)),
+    "slice_scatter, step past the end": (
+        lambda t, s: torch.slice_scatter(t, s, 1, 0, 5, 10), X, make((4, 1, 3), seed=5)),
+    "diagonal_scatter of matrices": (
+        lambda t, s, u: (torch.diagonal_scatter(t, s, 1), torch.diagonal_scatter(t, u, -2)),
+        make((4, 5)), make((4,), seed=1), make((2,), seed=2)),
+    "scatter_reduce: integer mean floors": (
+        lambda t, i, s: t.scatter_reduce(0, i, s, "mean"), L([-7, 4]), L([0, 0, 1]),
+        L([-2, -3, 5])),
+    "scatter_reduce: bfloat16 amax": (
+        lambda t, i, s: t.scatter_reduce(0, i, s, "amax", include_self=False),
+        make((3,), torch.bfloat16), L([0, 0]), make((2,), torch.bfloat16, 1)),
+    "scatter of a bool value": (lambda t, i: t.scatter(0, i, True), L([False, False]), L([1])),
+}
+
+
+def _tree(fn, x):
+    if isinstance(x, (tuple, list)):
+        return type(x)(_tree(fn, e) for e in x)
+    return fn(x)
+
+
+@pytest.mark.parametrize("name", list(EDGE_CASES))
+def test_edge_cases_match_cpu(name):
+    fn, *args = EDGE_CASES[name]
+    try:
+        ref = fn(*args)
+    except (RuntimeError, IndexError) as e:
+        with pytest.raises(type(e)) as got:
+            _tree(lambda t: t.cpu(), fn(*[tpu(a) for a in args]))
+        assert str(got.value).split("\n")[0].endswith(str(e).split("\n")[0])
+        return
+    same(fn(*[tpu(a) for a in args]), ref)
+
+
+def test_cpu_mask_needs_no_sync():
+    x = make((4, 5))
+    same(tpu(x)[M], x[M])
+    same(tpu(x)[:, M[0]], x[:, M[0]])
+    assert metrics.sync_counts() == {}
+
+
+def test_unsupported_dtypes_fall_back_counted():
+    x = torch.randn(4, 3, dtype=torch.complex64)
+    i = torch.tensor([2, 0])
+    same(tpu(x)[tpu(i)], x[i])
+    same(torch.nonzero(tpu(x)), torch.nonzero(x))
+    assert set(metrics.fallback_counts()) == {"aten::index.Tensor", "aten::nonzero"}
+    metrics.reset()

@@ -92,3 +92,15 @@ def test_storage_to_tpu():
     back = torch.empty(0).set_(t.cpu(), 0, (4,), (1,))
     assert back.tolist() == [0.0, 1.0, 2.0, 3.0]
     assert s.to(device="tpu").device.type == "tpu"
+
+
+def test_move_while_an_autograd_graph_holds_the_weights_keeps_ties():
+    """swap_tensors refuses parameters a live graph references; the move
+    still works and ties survive."""
+    m = Tied()
+    loss = m(torch.randn(2, 8)).sum()       # the graph holds the weights
+    m.to("tpu")
+    assert m.out.weight is m.proj.weight
+    assert m.out.weight.device.type == "tpu"
+    assert m(torch.randn(2, 8, device="tpu")).shape == (2, 8)
+    del loss

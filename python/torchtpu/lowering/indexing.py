@@ -800,11 +800,12 @@ def _count_free(self, indices, values):
 
 @composite("aten::_index_put_impl_")
 def index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
-    if (_needs_host(indices) or values.device != self.device and values.dim() != 0
-            or _unsupported(self, values)):
+    if _needs_host(indices) or _unsupported(self, values):
         return _host(torch.ops.aten._index_put_impl_.default,
                      (self, indices, values, accumulate, unsafe), {},
-                     "0-dim boolean index, host values or an unsupported dtype")
+                     "0-dim boolean index or an unsupported dtype")
+    if values.device != self.device and values.dim() != 0:
+        values = values.to(self.device)
     if any(_is_mask(t) for t in indices):
         if _count_free(self, indices, values) is None:
             indices = _expand_indices(self, indices, "aten::index_put_")

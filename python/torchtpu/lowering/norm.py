@@ -107,8 +107,8 @@ def _back(ctx, r, shape, dims):
 
 
 def _mean(ctx, v, dims):
-    n = _numel(v.shape, dims)
-    return _div(ctx, ctx.reduce("sum", v, dims), float(n) if v.dtype.is_floating_point else n)
+    """Sum over dims divided by the count (a float v; 0/0 gives NaN)."""
+    return _div(ctx, ctx.reduce("sum", v, dims), float(_numel(v.shape, dims)))
 
 
 def _emit_as(ctx, v, like):
@@ -139,11 +139,11 @@ def _update(ctx, v, t, name):
     del ctx.results[n:]
 
 
-def _reduction(ctx, name):
-    """reduction enum (0 none, 1 mean, 2 sum) as a static int."""
-    if name not in (0, 1, 2):
-        raise NotLowerable(f"reduction={name}")
-    return name
+def _reduction(r):
+    """The loss reduction enum: 0 none, 1 mean, 2 sum (a static int)."""
+    if r not in (0, 1, 2):
+        raise NotLowerable(f"reduction={r}")
+    return r
 
 
 def _reduce_loss(ctx, loss, reduction):
@@ -429,12 +429,12 @@ def norm(ctx, self, p=2, dim=None, keepdim=False, *, dtype=None):
 # ------------------------------------------------------------- scans
 
 
-def _scan(ctx, kind, self, dim, into=None):
+def _scan(ctx, kind, self, dim, dtype, into=None):
     _check_dtypes(self)
     m = ctx.meta()
     target = into if into is not None else m
     _no_complex(self.dtype, target.dtype)
-    x = ctx.convert(ctx.input(self, "self"), _acc(target.dtype))
+    x = ctx.convert(ctx.input(self, "self"), _acc(dtype or target.dtype))
     d = dim % max(self.dim(), 1)
     r = ctx.op("cumulative", x, kind=kind, ints=(d,))
     if into is not None:
@@ -445,22 +445,22 @@ def _scan(ctx, kind, self, dim, into=None):
 
 @lowering("aten::cumsum")
 def cumsum(ctx, self, dim, *, dtype=None):
-    _scan(ctx, 0, self, dim)
+    _scan(ctx, 0, self, dim, dtype)
 
 
 @lowering("aten::cumsum_")
 def cumsum_(ctx, self, dim, *, dtype=None):
-    _scan(ctx, 0, self, dim, into=self)
+    _scan(ctx, 0, self, dim, dtype, into=self)
 
 
 @lowering("aten::cumprod")
 def cumprod(ctx, self, dim, *, dtype=None):
-    _scan(ctx, 1, self, dim)
+    _scan(ctx, 1, self, dim, dtype)
 
 
 @lowering("aten::cumprod_")
 def cumprod_(ctx, self, dim, *, dtype=None):
-    _scan(ctx, 1, self, dim, into=self)
+    _scan(ctx, 1, self, dim, dtype, into=self)
 
 
 # ------------------------------------------------------------- log_softmax
@@ -522,7 +522,7 @@ def _nll_forward(ctx, self, target, weight, reduction, ignore_index):
     _check_dtypes(self, target, weight)
     _no_complex(self.dtype)
     m = ctx.meta()
-    reduction = _reduction(ctx, reduction)
+    reduction = _reduction(reduction)
     acc = _opmath(self.dtype)
     x = ctx.convert(ctx.input(self, "self"), acc)
     cd, valid, ts_idx, wt = _nll_parts(ctx, self, target, weight, ignore_index, acc)
@@ -554,7 +554,7 @@ def _nll_backward(ctx, grad_output, self, target, weight, reduction, ignore_inde
     _check_dtypes(grad_output, self, target, weight, total_weight)
     _no_complex(self.dtype)
     m = ctx.meta()
-    reduction = _reduction(ctx, reduction)
+    reduction = _reduction(reduction)
     acc = _opmath(self.dtype)
     cd, valid, ts_idx, wt = _nll_parts(ctx, self, target, weight, ignore_index, acc)
     g = ctx.convert(ctx.input(grad_output, "grad_output"), acc)
@@ -595,11 +595,11 @@ def _pair(ctx, self, target, m):
 
 def _loss_backward(ctx, grad_output, self, target, reduction, fn):
     m = ctx.meta()
-    reduction = _reduction(ctx, reduction)
+    reduction = _reduction(reduction)
     x, y = _pair(ctx, self, target, m)
     g = ctx.convert(ctx.input(grad_output, "grad_output"), x.dtype)
     if reduction == 1:
-        g = _div(ctx, g, float(_numel(x.shape)))
+        g = _div(ctx, g, float(self.numel()))       # the kernels divide by input.numel()
     r = fn(_sub(ctx, x, y), ctx.broadcast(g, x.shape))
     ctx.output(r, like=m)
 
@@ -609,7 +609,7 @@ def mse_loss(ctx, self, target, reduction=1):
     m = ctx.meta()
     x, y = _pair(ctx, self, target, m)
     d = _sub(ctx, x, y)
-    ctx.output(_reduce_loss(ctx, _mul(ctx, d, d), _reduction(ctx, reduction)), like=m)
+    ctx.output(_reduce_loss(ctx, _mul(ctx, d, d), _reduction(reduction)), like=m)
 
 
 @lowering("aten::mse_loss_backward")
@@ -631,7 +631,7 @@ def smooth_l1_loss(ctx, self, target, reduction=1, beta=1.0):
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     x, y = _pair(ctx, self, target, m)
     loss = _smooth_l1(ctx, _sub(ctx, x, y), beta)
-    ctx.output(_reduce_loss(ctx, loss, _reduction(ctx, reduction)), like=m)
+    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction)), like=m)
 
 
 def _piecewise(ctx, d, g, bound, outer, inner):
@@ -655,7 +655,7 @@ def huber_loss(ctx, self, target, reduction=1, delta=1.0):
     z = ctx.unary("abs", _sub(ctx, x, y))
     loss = _where(ctx, _cmp(ctx, "lt", z, delta), _mul(ctx, _mul(ctx, z, z), 0.5),
                   _mul(ctx, _sub(ctx, z, 0.5 * delta), delta))
-    ctx.output(_reduce_loss(ctx, loss, _reduction(ctx, reduction)), like=m)
+    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction)), like=m)
 
 
 @lowering("aten::huber_loss_backward")
@@ -686,7 +686,7 @@ def binary_cross_entropy(ctx, self, target, weight=None, reduction=1):
     w = _weight(ctx, weight, loss.shape, loss.dtype)
     if w is not None:
         loss = _mul(ctx, loss, w)
-    ctx.output(_reduce_loss(ctx, loss, _reduction(ctx, reduction)), like=m)
+    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction)), like=m)
 
 
 @lowering("aten::binary_cross_entropy_backward")
@@ -718,7 +718,7 @@ def binary_cross_entropy_with_logits(ctx, self, target, weight=None, pos_weight=
     loss = _sub(ctx, _mul(ctx, _sub(ctx, 1.0, y), x), ls)
     if weight is not None:
         loss = _mul(ctx, loss, ctx.convert(ctx.input(weight, "weight"), acc))
-    ctx.output(_reduce_loss(ctx, loss, _reduction(ctx, reduction)), like=m)
+    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction)), like=m)
 
 
 # ------------------------------------------------------------- layer norm
@@ -872,19 +872,15 @@ def _batch_norm(ctx, input, weight, bias, running_mean, running_var, training, m
         m2 = ctx.reduce("sum", _mul(ctx, d, d), dims)
         var = _div(ctx, m2, float(n))
         invstd = _div(ctx, 1.0, ctx.unary("sqrt", _add(ctx, var, eps)))
-        if running_mean is not None:
-            mom = ctx.scalar("momentum", acc)
-            keep = _sub(ctx, 1.0, mom)
-            rm = ctx.convert(ctx.input(running_mean, "running_mean"), acc)
-            _update(ctx, _add(ctx, _mul(ctx, mu, mom), _mul(ctx, rm, keep)),
-                    running_mean, "running_mean")
-        if running_var is not None:
-            mom = ctx.scalar("momentum", acc)
-            keep = _sub(ctx, 1.0, mom)
-            rv = ctx.convert(ctx.input(running_var, "running_var"), acc)
-            unbiased = _div(ctx, m2, float(n - 1))
-            _update(ctx, _add(ctx, _mul(ctx, unbiased, mom), _mul(ctx, rv, keep)),
-                    running_var, "running_var")
+        # running = momentum * batch statistic + (1 - momentum) * running,
+        # with the unbiased variance
+        for t, name, stat in ((running_mean, "running_mean", mu),
+                              (running_var, "running_var", _div(ctx, m2, float(n - 1)))):
+            if t is not None:
+                mom = ctx.scalar("momentum", acc)
+                old = ctx.convert(ctx.input(t, name), acc)
+                _update(ctx, _add(ctx, _mul(ctx, stat, mom), _mul(ctx, old, _sub(ctx, 1.0, mom))),
+                        t, name)
     else:
         if running_mean is None or running_var is None:
             raise NotLowerable("eval-mode batch_norm without running statistics")

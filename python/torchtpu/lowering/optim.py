@@ -15,9 +15,13 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as K
 from torch._prims_common import elementwise_dtypes
 
-from .._registry import lowering
+from .._registry import composite, lowering
 from .ctx import OPMATH, NotLowerable, is_tensor
-from .elementwise import _SUPPORTED, _check_dtypes
+from .elementwise import _SUPPORTED
+
+# Private op: the all-on-tpu half of _foreach_copy_ (one graph).
+_LIB = torch.library.Library("torchtpu", "FRAGMENT")
+_LIB.define("foreach_copy_(Tensor(a!)[] self, Tensor[] src) -> ()")
 
 # The C dispatcher returns at most 32 results of one call (build_result in
 # csrc/python/dispatch.c truncates longer Tensor[] returns), so functional
@@ -25,12 +29,28 @@ from .elementwise import _SUPPORTED, _check_dtypes
 _MAX_RESULTS = 32
 
 
+def _unsupported(ctx, why):
+    """Refuses a call. Functional ops run as the counted CPU fallback; ops
+    that mutate tensor lists raise instead, because the fallback writes back
+    only mutated Tensor arguments, not Tensor[] ones (torchtpu/_fallback.py),
+    so it would drop their update silently."""
+    if ctx.name.startswith("aten::_fused_") or _is_inplace(ctx):
+        raise RuntimeError(f"{ctx.name}: {why} is not supported on the tpu device")
+    raise NotLowerable(why)
+
+
+def _check_dtypes(ctx, *xs):
+    for x in xs:
+        if is_tensor(x) and x.dtype not in _SUPPORTED:
+            _unsupported(ctx, f"dtype {x.dtype}")
+
+
 def _check_lists(ctx, lists, inplace):
     for ts in lists:
         for t in ts:
             if t.device.type != "tpu":
-                raise NotLowerable("tensor list with a tensor on another device")
-            _check_dtypes(t)
+                _unsupported(ctx, "a tensor list with a tensor on another device")
+            _check_dtypes(ctx, t)
     n = len(lists[0]) if lists else 0
     if not inplace and n > _MAX_RESULTS:
         raise NotLowerable(f"{n} results (the dispatcher returns at most {_MAX_RESULTS})")
@@ -58,11 +78,10 @@ def _foreach(ctx, fn, lists, names, inplace, kind=K.DEFAULT, promote=(), extras=
         ts = [ts[i] for ts in lists]
         pr = list(promote(i)) if callable(promote) else list(promote)
         ex = list(extras(i)) if callable(extras) else list(extras)
-        for x, _ in pr + ex:
-            _check_dtypes(x)
+        _check_dtypes(ctx, *[x for x, _ in pr + ex])
         compute, _ = elementwise_dtypes(*ts, *[x for x, _ in pr], type_promotion_kind=kind)
         if compute not in _SUPPORTED:
-            raise NotLowerable(f"dtype {compute}")
+            _unsupported(ctx, f"dtype {compute}")
         shape = tuple(ts[0].shape) if inplace else tuple(m[i].shape)
         vs = _operands(ctx, i, list(zip(ts, names)), pr + ex, compute, shape)
         r = fn(ctx, *vs)
@@ -124,8 +143,7 @@ def _binary_family(name, fn, kind, overloads, has_alpha):
         def rule(ctx, self, *args, alpha=None, _ov=ov, _on=other_name, **kw):
             other = args[0] if args else kw[_on]
             inplace = _is_inplace(ctx)
-            if alpha is not None:
-                _check_dtypes(alpha)
+            ctx.meta()
             extras = (lambda i: [(alpha, "alpha")]) if alpha is not None else ()
             if _ov == "List":
                 lists, names, promote = [self, other], ["self", "other"], ()
@@ -138,7 +156,7 @@ def _binary_family(name, fn, kind, overloads, has_alpha):
                     return [(other[i], f"scalars.{i}")]
             else:
                 if other.dim() != 0:
-                    raise NotLowerable("non-scalar tensor operand")
+                    _unsupported(ctx, "a non-scalar tensor operand")
                 lists, names, promote = [self], ["self"], [(other, "other")]
             _foreach(ctx, fn, lists, names, inplace, kind, promote, extras)
 
@@ -167,21 +185,22 @@ def foreach_pow(ctx, self, exponent):
             return [(exponent[i], f"exponent.{i}")]
     else:
         lists, names, promote = [self], ["self"], [(exponent, "exponent")]
-    _float_only(self)
+    _float_only(ctx, self)
     _foreach(ctx, _pow, lists, names, inplace, K.DEFAULT, promote)
 
 
 @lowering("aten::_foreach_pow.ScalarAndTensor", runtime=("self",))
 def foreach_pow_scalar_base(ctx, self, exponent):
-    _float_only(exponent)
+    _float_only(ctx, exponent)
     _foreach(ctx, lambda c, e, b: _pow(c, b, e), [exponent], ["exponent"], False,
              K.DEFAULT, [(self, "self")])
 
 
-def _float_only(ts):
+def _float_only(ctx, ts):
+    ctx.meta()
     for t in ts:
         if not t.dtype.is_floating_point:
-            raise NotLowerable(f"integer {t.dtype} operands")
+            _unsupported(ctx, f"{t.dtype} operands")
 
 
 # ---------------------------------------------------- pointwise ternary
@@ -200,7 +219,7 @@ def _pointwise_family(name, fn):
             _foreach(ctx, fn, [self, tensor1, tensor2], ["self", "tensor1", "tensor2"],
                      _is_inplace(ctx), K.DEFAULT, (), [(value, "value")])
         else:
-            raise NotLowerable("tensor value")
+            _unsupported(ctx, "a tensor value")
 
     def list_rule(ctx, self, tensor1, tensor2, scalars):
         _foreach(ctx, fn, [self, tensor1, tensor2], ["self", "tensor1", "tensor2"],
@@ -227,7 +246,7 @@ def _lerp(c, a, b, w):
 @lowering(*_variants("_foreach_lerp", ["List", "Scalar", "ScalarList"]), runtime=("weight",))
 def foreach_lerp(ctx, self, tensors1, weight=None, weights=None):
     inplace = _is_inplace(ctx)
-    _float_only(self)
+    _float_only(ctx, self)
     if weights is not None or (isinstance(weight, (list, tuple)) and weight
                                and is_tensor(weight[0])):
         ws = weights if weights is not None else weight
@@ -288,12 +307,13 @@ _UNARY = {
 
 def _unary_family(name, fn, kind, int_identity):
     def rule(ctx, self):
+        ctx.meta()
         ints = [not t.dtype.is_floating_point for t in self]
         if any(ints) and (name == "frac" or any(t.dtype == torch.bool for t in self)):
-            raise NotLowerable(f"_foreach_{name} of a non-float tensor")
+            _unsupported(ctx, f"_foreach_{name} of a non-float tensor")
         if int_identity and any(ints):
             if not all(ints):
-                raise NotLowerable("mixed float and integer tensors")
+                _unsupported(ctx, "mixed float and integer tensors")
             fn_ = lambda c, a: a  # noqa: E731  (rounding integers is the identity)
         else:
             fn_ = fn
@@ -317,13 +337,27 @@ def foreach_zero_(ctx, self):
     ctx.results.clear()
 
 
-@lowering("aten::_foreach_copy_", allow_cpu_tensors=True)
-def foreach_copy_(ctx, self, src, non_blocking=False):
+@lowering("torchtpu::foreach_copy_")
+def foreach_copy_tpu_(ctx, self, src):
     _check_lists(ctx, [self, src], True)
-    ctx.meta()
     for i, t in enumerate(self):
         ctx.output_into(ctx.input(src[i], "src", i), t, "self")
     ctx.results.clear()
+
+
+@composite("aten::_foreach_copy_")
+def foreach_copy_(self, src, non_blocking=False):
+    """One graph when every tensor is on the tpu; per-tensor copies (which
+    move data between devices) otherwise."""
+    if len(self) != len(src):
+        raise RuntimeError("Tensor lists must have the same number of tensors, got "
+                           f"{len(self)} and {len(src)}")
+    ts = list(self) + list(src)
+    if all(t.device.type == "tpu" and t.dtype in _SUPPORTED for t in ts):
+        torch.ops.torchtpu.foreach_copy_(self, src)
+    else:
+        for d, s_ in zip(self, src):
+            d.copy_(s_, non_blocking)
 
 
 @lowering("aten::_foreach_clone")
@@ -340,7 +374,7 @@ def foreach_max(ctx, self):
     _check_lists(ctx, [self], False)
     for i, t in enumerate(self):
         if t.numel() == 0:
-            raise NotLowerable("max of an empty tensor")
+            _unsupported(ctx, "max of an empty tensor")
         v = ctx.input(t, "self", i)
         ctx.output(ctx.reduce("max", v, range(t.dim())), like=m[i])
 
@@ -352,7 +386,7 @@ def foreach_norm(ctx, self, ord=2, dtype=None):
     p = float(ord)
     for i, t in enumerate(self):
         if not t.dtype.is_floating_point:
-            raise NotLowerable(f"norm of {t.dtype}")
+            _unsupported(ctx, f"norm of {t.dtype}")
         acc = torch.float64 if torch.float64 in (t.dtype, m[i].dtype) else torch.float32
         x = ctx.convert(ctx.input(t, "self", i), acc)
         ctx.output(_vector_norm(ctx, x, p, t.numel()), like=m[i])
@@ -379,16 +413,24 @@ def _vector_norm(ctx, x, p, numel):
 
 # ----------------------------------------------------- fused optimizers
 
-def _check_fused(lists, names, n, dtype):
+def _check_fused(ctx, lists, names, n):
+    """Lengths, devices, dtypes and shapes of a fused optimizer's lists
+    (params first)."""
     for ts, name in zip(lists, names):
         if len(ts) != n:
-            raise RuntimeError(f"{name} must have the same length as params ({n}), got {len(ts)}")
-    for ts in lists:
-        for t in ts:
-            if t.device.type != "tpu":
-                raise NotLowerable("tensor on another device")
+            raise RuntimeError(f"{ctx.name}: {name} must have the same length as params "
+                               f"({n}), got {len(ts)}")
+    dtype = lists[0][0].dtype
     if dtype not in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
-        raise NotLowerable(f"fused optimizer step of {dtype}")
+        _unsupported(ctx, f"a fused optimizer step of {dtype}")
+    for ts in lists:
+        for i, t in enumerate(ts):
+            if t.device.type != "tpu":
+                _unsupported(ctx, "a tensor on another device")
+            if t.dtype != dtype or t.shape != lists[0][i].shape:
+                raise RuntimeError(f"{ctx.name}: params, grads and states must have the "
+                                   "same dtype and shapes")
+    return dtype
 
 
 def _found_inf(ctx, found_inf):
@@ -416,20 +458,18 @@ def fused_adam_(ctx, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_
     """One step of torch.optim.Adam/AdamW(fused=True), as the CPU fused
     kernel computes it: coefficients in float64, the update in opmath."""
     adamw = "adamw" in ctx.name
-    ctx.meta()
+    if not ctx.name.endswith("tensor_lr"):    # (no meta kernel for tensor_lr)
+        ctx.meta()
     n = len(self)
-    lists = [grads, exp_avgs, exp_avg_sqs, state_steps] + ([max_exp_avg_sqs] if amsgrad else [])
-    names = ["grads", "exp_avgs", "exp_avg_sqs", "state_steps"] + (
-        ["max_exp_avg_sqs"] if amsgrad else [])
     if n == 0:
-        ctx.results.clear()
         return
-    dtype = self[0].dtype
-    _check_fused([self] + lists[:3] + lists[4:], ["params"] + names[:3] + names[4:], n, dtype)
-    if any(t.dtype != dtype for ts in [self] + lists[:3] + lists[4:] for t in ts):
-        raise NotLowerable("mixed dtypes")
+    lists = [self, grads, exp_avgs, exp_avg_sqs] + ([max_exp_avg_sqs] if amsgrad else [])
+    names = ["params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"]
+    dtype = _check_fused(ctx, lists, names, n)
+    if len(state_steps) != n or any(t.numel() != 1 for t in state_steps):
+        raise RuntimeError(f"{ctx.name}: expected one step per param")
     if any(t.device.type != "tpu" and t.dim() != 0 for t in state_steps):
-        raise NotLowerable("state_steps on another device")
+        _unsupported(ctx, "state_steps on another device")
     f64 = torch.float64
     op = OPMATH.get(dtype, dtype)
     skip = _found_inf(ctx, found_inf)
@@ -448,8 +488,6 @@ def fused_adam_(ctx, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_
              if grad_scale is not None else None)
     for i in range(n):
         shape = tuple(self[i].shape)
-        if any(tuple(ts[i].shape) != shape for ts in lists[:3] + lists[4:]):
-            raise RuntimeError("_fused_adam_: params, grads and states must have the same shapes")
 
         def o(v64):
             return ctx.broadcast(ctx.convert(v64, op), shape)
@@ -503,15 +541,9 @@ def fused_sgd_(ctx, self, grads, momentum_buffer_list, *, weight_decay, momentum
     n = len(self)
     if n == 0:
         return
-    dtype = self[0].dtype
     has_buf = len(momentum_buffer_list) > 0
     lists = [self, grads] + ([momentum_buffer_list] if has_buf else [])
-    _check_fused(lists, ["params", "grads", "momentum_buffer_list"][:len(lists)], n, dtype)
-    for ts in lists:
-        for i, t in enumerate(ts):
-            if t.dtype != dtype or t.shape != self[i].shape:
-                raise RuntimeError("_fused_sgd_: params, grads and momentum buffers must have "
-                                   "the same dtype and shapes")
+    dtype = _check_fused(ctx, lists, ["params", "grads", "momentum_buffer_list"], n)
     f64 = torch.float64
     op = OPMATH.get(dtype, dtype)
     skip = _found_inf(ctx, found_inf)

@@ -42,14 +42,17 @@ def _check_supported(kernel, dtype, allow):
 
 
 def _wrap(x):
-    """A Python number passed for a Tensor argument as the 0-dim CPU tensor
-    that promotes like it (the meta kernels want tensors there)."""
+    """The meta stand-in of a Tensor argument given as a Python number (a
+    wrapped number) or a 0-dim CPU tensor: a 0-dim meta tensor that promotes
+    like it (meta kernels want meta tensors there)."""
     if isinstance(x, bool):
-        return torch.tensor(x)
+        return torch.empty((), dtype=torch.bool, device="meta")
     if isinstance(x, int):
-        return torch.tensor(x, dtype=torch.int64)
+        return torch.empty((), dtype=torch.int64, device="meta")
     if isinstance(x, float):
-        return torch.tensor(x, dtype=torch.get_default_dtype())
+        return torch.empty((), dtype=torch.get_default_dtype(), device="meta")
+    if is_tensor(x) and x.device.type == "cpu" and x.dim() == 0:
+        return torch.empty((), dtype=x.dtype, device="meta")
     return x
 
 
@@ -568,13 +571,23 @@ def pow_scalar(ctx, self, exponent, *, out=None):
 
 # ------------------------------------------------------- clamp family
 
+def _clamp_lo(c, x, lo):
+    # maximum(lo, x) returns x when they compare equal (-0.0 vs 0.0), as
+    # PyTorch's clamp does; NaN in either propagates
+    return c.binary("maximum", lo, x)
+
+
+def _clamp_hi(c, x, hi):
+    return c.binary("minimum", hi, x)
+
+
 def _clamp_fn(has_min, has_max):
     def f(c, x, *bounds):
         bounds = list(bounds)
         if has_min:
-            x = c.binary("maximum", x, bounds.pop(0))
+            x = _clamp_lo(c, x, bounds.pop(0))
         if has_max:
-            x = c.binary("minimum", x, bounds.pop(0))
+            x = _clamp_hi(c, x, bounds.pop(0))
         return x
     return f
 
@@ -624,7 +637,7 @@ def hardtanh(ctx, self, min_val=-1, max_val=1, *, out=None):
         # integer inputs: the limits are truncated to integers, no promotion
         lo = c.operand(min_val, x.dtype, x.shape, "min_val")
         hi = c.operand(max_val, x.dtype, x.shape, "max_val")
-        return c.binary("minimum", c.binary("maximum", x, lo), hi)
+        return _clamp_hi(c, _clamp_lo(c, x, lo), hi)
 
     _pw(ctx, f, [self], ["self"], K.DEFAULT, out=out)
 
@@ -635,8 +648,9 @@ def hardtanh_backward(ctx, grad_output, self, min_val, max_val, *, grad_input=No
     def f(c, g, x):
         lo = c.operand(min_val, x.dtype, x.shape, "min_val")
         hi = c.operand(max_val, x.dtype, x.shape, "max_val")
-        dead = c.op("or", c.compare("le", x, lo), c.compare("ge", x, hi))
-        return c.select(dead, _c(c, 0, g), g)
+        # as the vectorized CPU kernel: NaN gives 0
+        live = c.op("and", c.compare("gt", x, lo), c.compare("lt", x, hi))
+        return c.select(live, g, _c(c, 0, g))
 
     _pw(ctx, f, [grad_output, self], ["grad_output", "self"], K.DEFAULT, out=grad_input)
 
@@ -818,7 +832,8 @@ def elu_backward(ctx, grad_output, alpha, scale, input_scale, is_result, self_or
         else:
             neg = _mul(c, _mul(c, _mul(c, g, i), negcoef),
                        c.unary("exponential", _mul(c, x, i)))
-        return c.select(c.compare("le", x, _c(c, 0, x)), neg, _mul(c, g, s))
+        # the vectorized CPU kernel tests x > 0: NaN takes the negative branch
+        return c.select(c.compare("gt", x, _c(c, 0, x)), _mul(c, g, s), neg)
 
     _pw(ctx, f, [grad_output, self_or_result], ["grad_output", "self_or_result"], K.DEFAULT,
         out=grad_input, allow=_FLOAT, kernel="elu_backward_cpu")
@@ -844,21 +859,23 @@ def _hardsigmoid_backward(c, g, x):
 
 
 def _hardswish_backward(c, g, x):
+    # the vectorized CPU kernel: 0 for x <= -3, grad for x >= 3, NaN -> NaN
     mid = _mul(c, g, _add(c, _div(c, x, _c(c, 3, x)), _c(c, 0.5, x)))
-    r = c.select(c.compare("le", x, _c(c, 3, x)), mid, g)
-    return c.select(c.compare("lt", x, _c(c, -3, x)), _c(c, 0, g), r)
+    r = c.select(c.compare("ge", x, _c(c, 3, x)), g, mid)
+    return c.select(c.compare("le", x, _c(c, -3, x)), _c(c, 0, g), r)
 
 
 def _logit_backward(c, g, x, eps=None):
+    # as the vectorized CPU kernel: NaN x gives NaN without eps, 0 with it
     one, zero = _c(c, 1, x), _c(c, 0, x)
     d = _div(c, g, _mul(c, x, _sub(c, one, x)))
-    outside = c.op("or", c.compare("lt", x, zero), c.compare("gt", x, one))
-    no_eps = c.select(outside, _c(c, math.nan, x), d)
+    inside = c.op("and", c.compare("ge", x, zero), c.compare("le", x, one))
+    no_eps = c.select(inside, d, _c(c, math.nan, x))
     if eps is None:
         return no_eps
     e = _scalar(c, eps, x, "eps")
-    out_eps = c.op("or", c.compare("lt", x, e), c.compare("gt", x, _sub(c, one, e)))
-    with_eps = c.select(out_eps, zero, d)
+    inside_eps = c.op("and", c.compare("ge", x, e), c.compare("le", x, _sub(c, one, e)))
+    with_eps = c.select(inside_eps, d, zero)
     return c.select(c.compare("lt", e, zero), no_eps, with_eps)
 
 
@@ -886,7 +903,7 @@ _backward(_variants("logit_backward", "", "grad_input"), _logit_backward, runtim
 @_rule("aten::where.self", "aten::where.self_out")
 def where(ctx, condition, self, other, *, out=None):
     if condition.dtype != torch.bool:
-        ctx.meta()    # PyTorch's error for a non-bool condition
+        # uint8 is deprecated but accepted (with a warning) by the CPU kernel
         raise NotLowerable(f"where with a {condition.dtype} condition")
 
     def f(c, a, b):
@@ -916,11 +933,17 @@ def masked_fill(ctx, self, mask, value, *, out=None):
 
 
 def _lerp(c, a, b, w):
-    """self + w * (end - self) for |w| < 0.5, else end - (end - self) * (1 - w)."""
+    """PyTorch's vectorized lerp: fma(w, end - self, self) for |w| < 0.5,
+    else fma(w - 1, end - self, end). The fused multiply-add is exact in
+    float64 for float32 operands (one rounding of the sum)."""
     diff = _sub(c, b, a)
-    lo = _add(c, a, _mul(c, w, diff))
-    hi = _sub(c, b, _mul(c, diff, _sub(c, _c(c, 1, w), w)))
-    return c.select(c.compare("lt", c.unary("abs", w), _c(c, 0.5, w)), lo, hi)
+    small = c.compare("lt", c.unary("abs", w), _c(c, 0.5, w))
+    coeff = c.select(small, w, _sub(c, w, _c(c, 1, w)))
+    base = c.select(small, a, b)
+    if a.dtype == torch.float32:
+        wide = [c.convert(v, torch.float64) for v in (coeff, diff, base)]
+        return c.convert(_add(c, _mul(c, wide[0], wide[1]), wide[2]), torch.float32)
+    return _add(c, _mul(c, coeff, diff), base)
 
 
 @_rule("aten::lerp.Scalar", "aten::lerp_.Scalar", "aten::lerp.Scalar_out", runtime=("weight",))
