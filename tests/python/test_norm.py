@@ -203,12 +203,12 @@ def test_max_dim_argmax(nofallback, x):
         assert any("C core bug" in r for r in reasons.values())
 
 
+@pytest.mark.xfail(not norm_rules._IR_ARGMAX_WORKS, strict=True,
+                   reason="IR reduce argmax/argmin unimplemented in the vTPU REDUCE kernel")
 def test_ir_reduce_argmax():
-    """The IR reduce kinds argmax/argmin (the minimal reproducer of the C
-    core bug the argmax rules wait on). When this passes, set
-    norm._IR_ARGMAX_WORKS = True."""
-    if norm_rules._IR_ARGMAX_WORKS is False:
-        pytest.xfail("IR reduce argmax/argmin unimplemented in the vTPU REDUCE kernel")
+    """The IR reduce kinds argmax/argmin: the minimal reproducer of the C
+    core bug the argmax rules wait on. When it passes (a strict XPASS
+    failure), set lowering.norm._IR_ARGMAX_WORKS = True."""
     for kind, ref in ((6, TIES.argmax(1)), (7, TIES.argmin(1))):
         g = _C.Graph()
         p = g.param(DTYPE_CODE[torch.float32], (4, 5))

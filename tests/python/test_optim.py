@@ -332,6 +332,11 @@ OPTIMIZERS = {
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2),
     "adamw_amsgrad": lambda p: torch.optim.AdamW(p, lr=1e-2, amsgrad=True),
     "adam_maximize": lambda p: torch.optim.Adam(p, lr=1e-2, maximize=True),
+    # capturable (state on the device, no host syncs): CPU reference is not
+    "adam_capturable": (lambda p: torch.optim.Adam(p, lr=1e-2, capturable=True),
+                        lambda p: torch.optim.Adam(p, lr=1e-2)),
+    "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5),
+    "adagrad": lambda p: torch.optim.Adagrad(p, lr=1e-1),
     "fused_adam": lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.1, fused=True),
     "fused_adamw_amsgrad": lambda p: torch.optim.AdamW(p, lr=1e-2, amsgrad=True, fused=True),
     "fused_sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-2,
@@ -344,8 +349,9 @@ OPTIMIZERS = {
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_optimizer_matches_cpu_without_fallback_or_recompiles(name):
     make = OPTIMIZERS[name]
-    lt, pt, ct, fb = _train("tpu", make)
-    lc, pc, _, _ = _train("cpu", make)
+    make_tpu, make_cpu = make if isinstance(make, tuple) else (make, make)
+    lt, pt, ct, fb = _train("tpu", make_tpu)
+    lc, pc, _, _ = _train("cpu", make_cpu)
     assert fb == {}
     for a, b in zip(lt, lc):
         assert abs(a - b) <= 1e-5 * abs(b), (lt, lc)

@@ -27,8 +27,8 @@ I64 = torch.int64
 
 # Private ops: the device halves of the composites below.
 _LIB = torch.library.Library("torchtpu", "FRAGMENT")
-_LIB.define("index_gather(Tensor self, Tensor?[] indices) -> Tensor")
-_LIB.define("index_scatter_(Tensor(a!) self, Tensor?[] indices, Tensor values, "
+_LIB.define("index.Tensor(Tensor self, Tensor?[] indices) -> Tensor")
+_LIB.define("_index_put_impl_(Tensor(a!) self, Tensor?[] indices, Tensor values, "
             "bool accumulate) -> Tensor(a!)")
 _LIB.define("nonzero_bound(Tensor self) -> (Tensor, Tensor)")
 _LIB.define("unique_bound(Tensor self, bool consecutive, bool inverse, bool counts) "
@@ -389,7 +389,8 @@ _out_variant("aten::index_select.out", _op("aten::index_select"))
 
 
 def _index_dim_scatter(ctx, self, dim, index, source, mode, alpha=None):
-    if source.dim() != self.dim() and max(source.dim(), self.dim()) > 0:
+    if mode == "add" and source.dim() != self.dim():
+        # the meta kernel lets a 1-element source through for a 0-dim self
         raise RuntimeError(
             f"source tensor shape must match self tensor shape, excluding the specified "
             f"dimension. Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
@@ -494,13 +495,13 @@ def put(ctx, self, index, source, accumulate=False):
     _check_dtypes(self, source)
     if not ctx.name.endswith("_"):
         m = ctx.meta()
+    if index.numel() != source.numel():
+        raise RuntimeError(
+            f"put_(): Expected source and index to have the same number of elements, "
+            f"but got source.numel() = {source.numel()}, index.numel() = {index.numel()}")
     dt = _opmath(self.dtype)
     x = ctx.convert(ctx.input(self, "self"), dt)
     if index.numel():
-        if index.numel() != source.numel():
-            raise RuntimeError(
-                f"put_(): Expected source and index to have the same number of elements, "
-                f"but got source.numel() = {source.numel()}, index.numel() = {index.numel()}")
         n = self.numel()
         flat = _wrap_index(ctx, ctx.reshape(ctx.input(index, "index"), (index.numel(),)), n)
         s = ctx.reshape(ctx.convert(ctx.input(source, "source"), dt), (source.numel(),))
@@ -599,13 +600,13 @@ def _index_args(ctx, self, indices):
         if t is None:
             continue
         if t.dtype in (torch.bool, torch.uint8):
-            raise NotLowerable("boolean index reached the integer path (internal)")
+            raise RuntimeError("torchtpu internal error: a boolean index reached the integer path")
         dims.append(k)
         vals.append(ctx.input(t, "indices", k))
     return dims, vals
 
 
-@lowering("torchtpu::index_gather")
+@lowering("torchtpu::index.Tensor")
 def index_gather(ctx, self, indices):
     _check_dtypes(self)
     _check_index_dtypes(indices)
@@ -662,7 +663,7 @@ def _mask_put(ctx, self, d, mask, values, accumulate):
     ctx.output_into(r, self, "self")
 
 
-@lowering("torchtpu::index_scatter_")
+@lowering("torchtpu::_index_put_impl_")
 def index_scatter_(ctx, self, indices, values, accumulate):
     _check_dtypes(self, values)
     if values.dtype != self.dtype:
@@ -686,14 +687,16 @@ def index_scatter_(ctx, self, indices, values, accumulate):
         ctx.output_into(ctx.binary("add", x, v) if accumulate else v, self, "self")
         return
     a = _Adv(self.shape, dims, [tuple(t.shape) for t in indices if t is not None])
+    try:
+        fits = broadcast_shapes(tuple(values.shape), a.R) == a.R
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot "
+                           f"be broadcast to indexing result of shape {list(a.R)}")
     if a.n == 0:
         ctx.output_into(x, self, "self")
         return
-    try:
-        assert broadcast_shapes(tuple(values.shape), a.R) == a.R
-    except (RuntimeError, AssertionError):
-        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot "
-                           f"be broadcast to indexing result of shape {list(a.R)}") from None
     lin = a.linear(ctx, vals)
     v = ctx.broadcast(ctx.input(values, "values"), a.R)
     u = ctx.reshape(v, a.spread)
@@ -709,8 +712,8 @@ def _dtype_name(dt):
             torch.bool: "Bool"}.get(dt, str(dt))
 
 
-_INDEX_GATHER = _op("torchtpu::index_gather")
-_INDEX_SCATTER = _op("torchtpu::index_scatter_")
+_INDEX_GATHER = _op("torchtpu::index.Tensor")
+_INDEX_SCATTER = _op("torchtpu::_index_put_impl_")
 
 
 def _is_mask(t):
@@ -952,7 +955,6 @@ def masked_scatter(ctx, self, mask, source):
     m = None if inplace else ctx.meta()
     shape = tuple(self.shape) if inplace else tuple(m.shape)
     if inplace:
-        broadcast_shapes(shape, tuple(mask.shape))
         if broadcast_shapes(shape, tuple(mask.shape)) != shape:
             raise RuntimeError(f"masked_scatter_: mask of shape {list(mask.shape)} cannot be "
                                f"broadcast to self of shape {list(shape)}")
@@ -1112,6 +1114,9 @@ def repeat_interleave(repeats, *, output_size=None):
     return _REPEATS_INDEX(repeats, int(output_size))
 
 
+_out_variant("aten::repeat_interleave.Tensor_out", repeat_interleave)
+
+
 # ------------------------------------------------- flips, rolls, pads
 
 
@@ -1187,21 +1192,15 @@ def constant_pad_nd(ctx, self, pad, value=0):
 _out_variant("aten::constant_pad_nd.out", _op("aten::constant_pad_nd"))
 
 
-def _pad_source(kind, n, lo, out):
-    """For each output position along a dim, the input position it reads."""
-
-    def build(ctx):
-        o = ctx.iota(I64, (out,), 0)
-        p = ctx.binary("subtract", o, _c64(ctx, lo, (out,)))
-        if kind == "reflect":
-            top = _c64(ctx, n - 1, (out,))
-            p = ctx.unary("abs", p)
-            p = ctx.binary("subtract", top, ctx.unary("abs", ctx.binary("subtract", top, p)))
-        else:
-            p = ctx.op("clamp", _c64(ctx, 0, (out,)), p, _c64(ctx, n - 1, (out,)))
-        return p
-
-    return build
+def _pad_source(ctx, kind, n, lo, out):
+    """For each of the `out` positions along a padded dim, the input
+    position (of `n`) it reads."""
+    p = ctx.binary("subtract", ctx.iota(I64, (out,), 0), _c64(ctx, lo, (out,)))
+    if kind == "reflect":
+        top = _c64(ctx, n - 1, (out,))
+        p = ctx.unary("abs", p)
+        return ctx.binary("subtract", top, ctx.unary("abs", ctx.binary("subtract", top, p)))
+    return ctx.op("clamp", _c64(ctx, 0, (out,)), p, _c64(ctx, n - 1, (out,)))
 
 
 def _pad_plan(self, padding, out_shape):
@@ -1224,7 +1223,7 @@ def _pad_rule(kind):
             return
         for d, n, lo, out in _pad_plan(self, padding, tuple(m.shape)):
             shape = x.shape[:d] + (out,) + x.shape[d + 1:]
-            p = _pad_source(kind, n, lo, out)(ctx)
+            p = _pad_source(ctx, kind, n, lo, out)
             x = ctx.op("gather", x, _along(ctx, p, shape, d), ints=(d,))
         ctx.output(x, like=m)
 
@@ -1243,7 +1242,7 @@ def _pad_backward_rule(kind):
         plan = _pad_plan(self, padding, tuple(grad_output.shape))
         for d, n, lo, out in plan:
             shape = g.shape[:d] + (n,) + g.shape[d + 1:]
-            p = _pad_source(kind, n, lo, out)(ctx)
+            p = _pad_source(ctx, kind, n, lo, out)
             g = ctx.op("scatter", _zeros(ctx, dt, shape), _along(ctx, p, g.shape, d), g,
                        kind=SCATTER["add"], ints=(d,))
         ctx.output(g, like=m)

@@ -163,6 +163,14 @@ def _trunc(c, a):
     return c.select(c.compare("lt", a, _c(c, 0, a)), c.unary("ceil", a), c.unary("floor", a))
 
 
+def _round_to(c, v, dtype):
+    """v rounded to a reduced-precision dtype and back (a CPU kernel that
+    converts a Scalar to scalar_t before using it in opmath)."""
+    if dtype in (torch.bfloat16, torch.float16) and v.dtype != dtype:
+        return c.convert(c.convert(v, dtype), v.dtype)
+    return v
+
+
 def _sigmoid_div(c, a):
     """1 / (1 + exp(-x)), as the CPU activation kernels write it."""
     one = _c(c, 1, a)
@@ -645,9 +653,12 @@ def hardtanh(ctx, self, min_val=-1, max_val=1, *, out=None):
 @_rule("aten::hardtanh_backward", "aten::hardtanh_backward.grad_input",
        runtime=("min_val", "max_val"))
 def hardtanh_backward(ctx, grad_output, self, min_val, max_val, *, grad_input=None):
+    dtype = _meta(ctx).dtype
+
     def f(c, g, x):
-        lo = c.operand(min_val, x.dtype, x.shape, "min_val")
-        hi = c.operand(max_val, x.dtype, x.shape, "max_val")
+        # the limits in the tensor's dtype, as the CPU kernel compares them
+        lo = _round_to(c, c.operand(min_val, x.dtype, x.shape, "min_val"), dtype)
+        hi = _round_to(c, c.operand(max_val, x.dtype, x.shape, "max_val"), dtype)
         # as the vectorized CPU kernel: NaN gives 0
         live = c.op("and", c.compare("gt", x, lo), c.compare("lt", x, hi))
         return c.select(live, g, _c(c, 0, g))
@@ -748,11 +759,14 @@ _activation(_variants("mish", "", "_", "out"), "mish_cpu", _mish)
 
 @_rule("aten::logit", "aten::logit_", "aten::logit.out", runtime=("eps",))
 def logit(ctx, self, eps=None, *, out=None):
+    dtype = _meta(ctx).dtype
+
     def f(c, x):
         z = x
         if eps is not None:
-            e = _scalar(c, eps, x, "eps")
-            lo, hi = e, _sub(c, _c(c, 1, x), e)
+            # eps and 1 - eps in the tensor's dtype, as the CPU kernel
+            e = _round_to(c, _scalar(c, eps, x, "eps"), dtype)
+            lo, hi = e, _round_to(c, _sub(c, _c(c, 1, x), e), dtype)
             clamped = c.select(c.compare("lt", x, lo), lo, c.select(c.compare("gt", x, hi), hi, x))
             # a negative eps means no clamping
             z = c.select(c.compare("lt", e, _c(c, 0, x)), x, clamped)
@@ -763,8 +777,13 @@ def logit(ctx, self, eps=None, *, out=None):
 
 # ------------------------------------------------------------ backwards
 
-def _backward(names, fn, second="self", runtime=(), allow=None, kernel=None):
+def _backward(names, fn, second="self", runtime=(), allow=None, kernel=None, dtype=False):
+    """A backward op (grad_output, self or output, *scalars). dtype: fn also
+    gets the result dtype (for Scalars the CPU kernel rounds to it)."""
     def rule(ctx, grad_output, other, *args, grad_input=None, out=None, **kw):
+        if dtype:
+            kw["dtype"] = _meta(ctx).dtype
+
         def f(c, g, x):
             return fn(c, g, x, *args, **kw)
         _pw(ctx, f, [grad_output, other], ["grad_output", second], K.DEFAULT,
@@ -865,7 +884,7 @@ def _hardswish_backward(c, g, x):
     return c.select(c.compare("le", x, _c(c, -3, x)), _c(c, 0, g), r)
 
 
-def _logit_backward(c, g, x, eps=None):
+def _logit_backward(c, g, x, eps=None, dtype=None):
     # as the vectorized CPU kernel: NaN x gives NaN without eps, 0 with it
     one, zero = _c(c, 1, x), _c(c, 0, x)
     d = _div(c, g, _mul(c, x, _sub(c, one, x)))
@@ -873,8 +892,9 @@ def _logit_backward(c, g, x, eps=None):
     no_eps = c.select(inside, d, _c(c, math.nan, x))
     if eps is None:
         return no_eps
-    e = _scalar(c, eps, x, "eps")
-    inside_eps = c.op("and", c.compare("ge", x, e), c.compare("le", x, _sub(c, one, e)))
+    e = _round_to(c, _scalar(c, eps, x, "eps"), dtype)
+    hi = _round_to(c, _sub(c, one, e), dtype)
+    inside_eps = c.op("and", c.compare("ge", x, e), c.compare("le", x, hi))
     with_eps = c.select(inside_eps, d, zero)
     return c.select(c.compare("lt", e, zero), no_eps, with_eps)
 
@@ -895,7 +915,8 @@ _backward(_variants("hardsigmoid_backward", "", "grad_input"), _hardsigmoid_back
           allow=_FLOAT, kernel="hardsigmoid_backward")
 _backward(_variants("hardswish_backward", "", "out"), _hardswish_backward, allow=_FLOAT,
           kernel="hardswish_backward")
-_backward(_variants("logit_backward", "", "grad_input"), _logit_backward, runtime=("eps",))
+_backward(_variants("logit_backward", "", "grad_input"), _logit_backward, runtime=("eps",),
+          dtype=True)
 
 
 # ------------------------------------------------------ select and mix
