@@ -336,6 +336,7 @@ static PyObject* build_result(const plan_t* plan, const flat_t* f, PyObject* out
 
 static PyObject* op_call(OpObject* self, PyObject* args, PyObject* kwargs) {
   if (tpu_py_check_init() < 0) return NULL;
+  uint64_t tp = tpu_py.profile ? tpu_now_ns() : 0;
   self->calls++;
   tpu_py.stats.dispatches++;
   flat_t f;
@@ -375,7 +376,9 @@ static PyObject* op_call(OpObject* self, PyObject* args, PyObject* kwargs) {
     tpu_hasher_add_u64(&f.h, 0x9900 + (uint64_t)precision);
   }
   tpu_hash128_t key = tpu_hasher_finish(&f.h);
+  tpu_py_prof(&tp, &tpu_py.stats.t_flatten);
   exe = tpu_cache_lookup(tpu_py.cache, key);
+  tpu_py_prof(&tp, &tpu_py.stats.t_lookup);
   if (!exe) {
     /* miss: lower in Python, compile, cache */
     self->misses++;
@@ -481,7 +484,10 @@ static PyObject* op_call(OpObject* self, PyObject* args, PyObject* kwargs) {
     if (params != params_small) free(params);
     if (metas != metas_small) free(metas);
     if (!outs) goto done;
+    if (tpu_py.profile) tp = tpu_now_ns();
     result = build_result(plan, &f, outs);
+    tpu_py_prof(&tp, &tpu_py.stats.t_result);
+    tpu_py.stats.t_calls++;
   }
 done:
   Py_XDECREF(outs);

@@ -461,6 +461,7 @@ PyObject* tpu_py_run_ex(tpu_executable_t* exe, PyObject* const* params,
     PyErr_Format(PyExc_ValueError, "executable takes %d parameters, got %zd", exe->n_params, n_params);
     return NULL;
   }
+  uint64_t tp = tpu_py.profile ? tpu_now_ns() : 0;
   tpu_arg_t args_small[16], outs_small[8];
   tpu_arg_t* args = n_params <= 16 ? args_small : calloc((size_t)n_params, sizeof(tpu_arg_t));
   tpu_arg_t* outs = exe->n_outputs <= 8 ? outs_small : calloc((size_t)exe->n_outputs, sizeof(tpu_arg_t));
@@ -488,6 +489,7 @@ PyObject* tpu_py_run_ex(tpu_executable_t* exe, PyObject* const* params,
     args[i].buffer = tpu_py_tensor_buffer(t, &args[i].byte_offset);
     if (!args[i].buffer) goto done;
   }
+  tpu_py_prof(&tp, &tpu_py.stats.t_bind);
   result = PyList_New(exe->n_outputs);
   if (!result) goto done;
   for (int32_t j = 0; j < exe->n_outputs; j++) {
@@ -508,6 +510,7 @@ PyObject* tpu_py_run_ex(tpu_executable_t* exe, PyObject* const* params,
     outs[j].byte_offset = 0;
     PyList_SET_ITEM(result, j, t);
   }
+  tpu_py_prof(&tp, &tpu_py.stats.t_alloc);
   tpu_status_t st;
   if (tpu_stream_is_synchronous(tpu_py.stream)) {
     for (Py_ssize_t i = 0; i < n_params; i++) tpu_buffer_retain(args[i].buffer);
@@ -520,6 +523,7 @@ PyObject* tpu_py_run_ex(tpu_executable_t* exe, PyObject* const* params,
     if (!st) tpu_py_note_site();
   }
   tpu_py.stats.executions++;
+  tpu_py_prof(&tp, &tpu_py.stats.t_enqueue);
   if (st) {
     Py_CLEAR(result);
     tpu_py_raise(st);

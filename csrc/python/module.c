@@ -1,5 +1,6 @@
 /* torchtpu._C: the CPython extension module (C, no libtorch). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "py_impl.h"
@@ -146,6 +147,10 @@ static PyObject* py_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   tpu_py.oom_error = oom;
   tpu_py.precision = -1;
   {
+    const char* e = getenv("TORCHTPU_PROFILE_DISPATCH");
+    tpu_py.profile = e && *e && *e != '0';
+  }
+  {
     /* programs depend on the chip and on the compiler flags */
     tpu_compile_options_t co;
     tpu_compile_options_from_env(&co);
@@ -261,6 +266,7 @@ static PyObject* py_synchronize(PyObject* self, PyObject* unused) {
   st = tpu_stream_synchronize(tpu_py.stream);
   Py_END_ALLOW_THREADS
   tpu_py.stats.syncs++;
+  tpu_py.stats.syncs_all++;
   if (st) return tpu_py_raise_async(st);
   Py_RETURN_NONE;
 }
@@ -373,6 +379,28 @@ static PyObject* py_stats(PyObject* self, PyObject* unused) {
       (unsigned long long)tpu_stream_enqueued(tpu_py.stream));
 }
 
+static PyObject* py_sync_stats(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  tpu_py_stats_t* s = &tpu_py.stats;
+  return Py_BuildValue("{s:K,s:K,s:K}", "read tensor (.cpu/.item/print)",
+                       (unsigned long long)s->syncs_read, "torch.tpu.synchronize",
+                       (unsigned long long)s->syncs_all, "wait for a tensor",
+                       (unsigned long long)s->syncs_wait);
+}
+
+static PyObject* py_dispatch_profile(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  tpu_py_stats_t* s = &tpu_py.stats;
+  double n = s->t_calls ? (double)s->t_calls : 1.0;
+  return Py_BuildValue("{s:K,s:d,s:d,s:d,s:d,s:d,s:d}", "calls", (unsigned long long)s->t_calls,
+                       "flatten_and_fingerprint_us", s->t_flatten / n / 1e3,
+                       "cache_lookup_us", s->t_lookup / n / 1e3, "bind_us", s->t_bind / n / 1e3,
+                       "outputs_us", s->t_alloc / n / 1e3, "enqueue_us", s->t_enqueue / n / 1e3,
+                       "result_us", s->t_result / n / 1e3);
+}
+
 static PyObject* py_reset_stats(PyObject* self, PyObject* unused) {
   (void)self;
   (void)unused;
@@ -483,6 +511,9 @@ static PyMethodDef module_methods[] = {
     {"set_debug_checks", py_set_debug_checks, METH_O, "NaN/Inf checks in debug eager"},
     {"stats", py_stats, METH_NOARGS, "dispatch/compile/cache counters"},
     {"reset_stats", py_reset_stats, METH_NOARGS, "zero the counters"},
+    {"sync_stats", py_sync_stats, METH_NOARGS, "host synchronizations by cause"},
+    {"dispatch_profile", py_dispatch_profile, METH_NOARGS,
+     "mean us per dispatch stage (TORCHTPU_PROFILE_DISPATCH=1)"},
     {"cache_clear", py_cache_clear, METH_NOARGS, "drop cached executables"},
     {"cache_set_capacity", py_cache_set_capacity, METH_O, "bound the executable cache"},
     {"event_new", py_event_new, METH_NOARGS, "new event"},

@@ -18,6 +18,11 @@ typedef struct tpu_py_stats_s {
   uint64_t h2d_bytes, d2h_bytes;
   uint64_t tensors_created;
   uint64_t syncs;          /* host waits on device work */
+  uint64_t syncs_read;     /* ... to read a tensor (.cpu(), .item(), print) */
+  uint64_t syncs_all;      /* ... for everything (torch.tpu.synchronize) */
+  uint64_t syncs_wait;     /* ... for one tensor's pending writes */
+  /* dispatch stage timers (ns), with TORCHTPU_PROFILE_DISPATCH=1 */
+  uint64_t t_flatten, t_lookup, t_bind, t_alloc, t_enqueue, t_result, t_calls;
 } tpu_py_stats_t;
 
 typedef struct tpu_py_state_s {
@@ -35,6 +40,7 @@ typedef struct tpu_py_state_s {
   int32_t precision;                     /* override, or -1: follow torch */
   uint64_t config_hash;                  /* chip and compile flags, in every key */
   bool debug_checks;                     /* NaN/Inf checks after each op (debug eager) */
+  bool profile;                          /* time dispatch stages */
 } tpu_py_state_t;
 
 extern tpu_py_state_t tpu_py;
@@ -82,6 +88,15 @@ PyObject* tpu_py_new_tensor(tpu_dtype_t dtype, int32_t rank,
 
 /* The precision matmul-like ops use now, or -1 with a Python error. */
 int tpu_py_effective_precision(void);
+
+/* Stage timer for TORCHTPU_PROFILE_DISPATCH: adds the time since *t to
+ * counter and restarts the clock. */
+static inline void tpu_py_prof(uint64_t* t, uint64_t* counter) {
+  if (!tpu_py.profile) return;
+  uint64_t now = tpu_now_ns();
+  *counter += now - *t;
+  *t = now;
+}
 
 /* Module pieces. */
 int tpu_py_graph_register(PyObject* module);

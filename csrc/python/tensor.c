@@ -374,6 +374,7 @@ static PyObject* py_copy_d2h(PyObject* self, PyObject* args) {
   for (int32_t i = 0; i < s.rank; i++) n *= s.dims[i];
   tpu_py.stats.d2h_bytes += (uint64_t)(n * tpu_dtype_size(s.dtype));
   tpu_py.stats.syncs++;
+  tpu_py.stats.syncs_read++;
   Py_RETURN_NONE;
 }
 
@@ -457,6 +458,7 @@ static PyObject* py_wait_tensor(PyObject* self, PyObject* arg) {
   Py_END_ALLOW_THREADS
   if (st) return tpu_py_raise_async(st);
   tpu_py.stats.syncs++;
+  tpu_py.stats.syncs_wait++;
   Py_RETURN_NONE;
 }
 

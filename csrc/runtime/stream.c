@@ -68,6 +68,7 @@ struct tpu_stream_s {
   uint64_t last_error_seq; /* of the error the last synchronize returned */
   bool synchronous;
   bool stopping;
+  bool worker_waiting; /* blocked on work_cv: enqueue must signal */
   bool has_worker;
   pthread_t worker;
 };
@@ -148,10 +149,28 @@ static void* worker_main(void* arg) {
   (void)tpu_fpenv_enter(); /* the worker only runs kernels */
   pthread_mutex_lock(&s->mu);
   for (;;) {
-    while (!s->head && !s->stopping) pthread_cond_wait(&s->work_cv, &s->mu);
+    if (!s->head && !s->stopping) {
+      /* eager code enqueues ops microseconds apart: look for new work for a
+       * moment before sleeping, so most enqueues need no wake-up call */
+      pthread_mutex_unlock(&s->mu);
+      for (int spin = 0; spin < 4000; spin++) {
+        if (__atomic_load_n(&s->head, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+          break;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+      pthread_mutex_lock(&s->mu);
+    }
+    while (!s->head && !s->stopping) {
+      s->worker_waiting = true;
+      pthread_cond_wait(&s->work_cv, &s->mu);
+      s->worker_waiting = false;
+    }
     if (!s->head && s->stopping) break;
     item_t* it = s->head;
-    s->head = it->next;
+    __atomic_store_n(&s->head, it->next, __ATOMIC_RELEASE);
     if (!s->head) s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
     tpu_status_t st = run_item(s, it);
@@ -184,9 +203,9 @@ static tpu_status_t submit(tpu_stream_t* s, item_t* it) {
   }
   if (!s->synchronous) {
     if (s->tail) s->tail->next = it;
-    else s->head = it;
+    else __atomic_store_n(&s->head, it, __ATOMIC_RELEASE);
     s->tail = it;
-    pthread_cond_signal(&s->work_cv);
+    if (s->worker_waiting) pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
     return NULL;
   }
@@ -264,7 +283,7 @@ void tpu_stream_destroy(tpu_stream_t* s) {
   if (!s) return;
   drain(s);
   pthread_mutex_lock(&s->mu);
-  s->stopping = true;
+  __atomic_store_n(&s->stopping, true, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&s->work_cv);
   pthread_mutex_unlock(&s->mu);
   if (s->has_worker) pthread_join(s->worker, NULL);

@@ -16,6 +16,14 @@ def sync_counts() -> dict:
     return dict(_sync_causes)
 
 
+def sync_points() -> dict:
+    """Host synchronizations by cause: reads of tensors, synchronize calls,
+    and the data-dependent ops (nonzero, masked_select, ...)."""
+    out = {k: v for k, v in _C.sync_stats().items() if v}
+    out.update(_sync_causes)
+    return out
+
+
 def counters() -> dict:
     """All counters as a flat dict."""
     s = dict(_C.stats())
@@ -76,10 +84,10 @@ def report() -> str:
         comp = compile_counts()
         for name, n in sorted(ops.items(), key=lambda kv: -kv[1]):
             lines.append(f"    {name:45s} {n:8d} / {comp.get(name, 0)}")
-    sc = sync_counts()
-    if sc:
-        lines.append("  data-dependent syncs (calls):")
-        for name, n in sorted(sc.items(), key=lambda kv: -kv[1]):
+    sp = sync_points()
+    if sp:
+        lines.append("  host synchronizations by cause:")
+        for name, n in sorted(sp.items(), key=lambda kv: -kv[1]):
             lines.append(f"    {name:45s} {n:8d}")
     fb = fallback_counts()
     if fb:
