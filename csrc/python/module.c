@@ -41,15 +41,44 @@ static struct {
   int lasti;
 } g_sites[SITE_RING];
 
+/* True if code belongs to torchtpu itself (its Python kernels), whose frames
+ * are skipped so the site names the user's code. */
+static bool own_code(PyCodeObject* code) {
+  if (!tpu_py.package_dir) return false;
+  return PyUnicode_Tailmatch(code->co_filename, tpu_py.package_dir, 0, PY_SSIZE_T_MAX, -1) == 1;
+}
+
 void tpu_py_note_site(void) {
   PyFrameObject* f = PyEval_GetFrame(); /* borrowed */
   if (!f) return;
+  Py_INCREF(f);
+  for (int depth = 0; depth < 16; depth++) {
+    PyCodeObject* c = PyFrame_GetCode(f);
+    bool own = own_code(c);
+    Py_DECREF(c);
+    PyFrameObject* back = own ? PyFrame_GetBack(f) : NULL; /* new reference */
+    if (!back) break;
+    Py_DECREF(f);
+    f = back;
+  }
   uint64_t seq = tpu_stream_enqueued(tpu_py.stream);
   size_t i = (size_t)(seq % SITE_RING);
   PyObject* code = (PyObject*)PyFrame_GetCode(f); /* new reference */
   Py_XSETREF(g_sites[i].code, code);
   g_sites[i].seq = seq;
   g_sites[i].lasti = PyFrame_GetLasti(f);
+  Py_DECREF(f);
+}
+
+static PyObject* py_set_package_dir(PyObject* self, PyObject* arg) {
+  (void)self;
+  if (!PyUnicode_Check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "package dir must be a str");
+    return NULL;
+  }
+  Py_INCREF(arg);
+  Py_XSETREF(tpu_py.package_dir, arg);
+  Py_RETURN_NONE;
 }
 
 PyObject* tpu_py_raise_async(tpu_status_t st) {
@@ -509,6 +538,7 @@ static PyMethodDef module_methods[] = {
     {"stream_idle", py_stream_idle, METH_NOARGS, "all queued work done?"},
     {"set_rng_source", py_set_rng_source, METH_O, "rng_next(n) -> (seed, offset)"},
     {"set_debug_checks", py_set_debug_checks, METH_O, "NaN/Inf checks in debug eager"},
+    {"set_package_dir", py_set_package_dir, METH_O, "frames to skip in enqueue sites"},
     {"stats", py_stats, METH_NOARGS, "dispatch/compile/cache counters"},
     {"reset_stats", py_reset_stats, METH_NOARGS, "zero the counters"},
     {"sync_stats", py_sync_stats, METH_NOARGS, "host synchronizations by cause"},

@@ -1144,8 +1144,109 @@ static void col_task(void* ctx, int64_t task, int thread) {
   }
 }
 
+/* ------------------------------------------------------- ARGMAX/ARGMIN */
+
+/* Is value v (index i) better than the best so far? The first occurrence
+ * wins ties; NaN is the extreme value in both directions, as in PyTorch. */
+static inline bool arg_better(bool is_max, double v, double best) {
+  if (v != v) return best == best;
+  if (best != best) return false;
+  return is_max ? v > best : v < best;
+}
+
+static inline double reg_get(const void* reg, tpu_ct_t ct, int64_t i) {
+  switch (ct) {
+    case TPU_CT_F32: return ((const float*)reg)[i];
+    case TPU_CT_F64: return ((const double*)reg)[i];
+    case TPU_CT_I32: return ((const int32_t*)reg)[i];
+    default: return (double)((const int64_t*)reg)[i];
+  }
+}
+
+typedef struct {
+  tpu_exec_ctx_t* x;
+  const tpu_vkernel_t* k;
+  double* best;
+  int64_t* idx;
+} arg_task_t;
+
+/* Row: one task per output; column: one task per block of outputs. The
+ * scan is sequential over the reduced index, so the result is the first
+ * extreme whatever the thread count. int64 values beyond 2^53 compare as
+ * doubles (documented limitation). */
+static void arg_row_task(void* ctx, int64_t o, int thread) {
+  arg_task_t* t = ctx;
+  const tpu_vkernel_t* k = t->k;
+  const tpu_vprogram_t* p = &k->prog;
+  char* regs = thread_regs(t->x, thread);
+  int64_t* scratch = (int64_t*)(regs + (size_t)t->x->exe->max_regs * CHUNK * 8);
+  bool is_max = k->reduce == TPU_REDUCE_ARGMAX;
+  double best = 0;
+  int64_t bi = 0;
+  for (int64_t r = 0; r < k->reduced; r += CHUNK) {
+    int64_t len = k->reduced - r < CHUNK ? k->reduced - r : CHUNK;
+    const void* res = run_chunk(t->x, p, o * k->reduced + r, len, regs, scratch);
+    for (int64_t i = 0; i < len; i++) {
+      double v = reg_get(res, p->result_ct, i);
+      if ((r == 0 && i == 0) || arg_better(is_max, v, best)) {
+        best = v;
+        bi = r + i;
+      }
+    }
+  }
+  t->idx[o] = bi;
+}
+
+static void arg_col_task(void* ctx, int64_t task, int thread) {
+  arg_task_t* t = ctx;
+  const tpu_vkernel_t* k = t->k;
+  const tpu_vprogram_t* p = &k->prog;
+  char* regs = thread_regs(t->x, thread);
+  int64_t* scratch = (int64_t*)(regs + (size_t)t->x->exe->max_regs * CHUNK * 8);
+  bool is_max = k->reduce == TPU_REDUCE_ARGMAX;
+  int64_t o0 = task * CHUNK;
+  int64_t len = k->kept - o0 < CHUNK ? k->kept - o0 : CHUNK;
+  for (int64_t r = 0; r < k->reduced; r++) {
+    const void* res = run_chunk(t->x, p, r * k->kept + o0, len, regs, scratch);
+    for (int64_t i = 0; i < len; i++) {
+      double v = reg_get(res, p->result_ct, i);
+      if (r == 0 || arg_better(is_max, v, t->best[o0 + i])) {
+        t->best[o0 + i] = v;
+        t->idx[o0 + i] = r;
+      }
+    }
+  }
+}
+
+static tpu_status_t run_reduce_arg(tpu_exec_ctx_t* x, const tpu_vkernel_t* k) {
+  if (k->reduced == 0)
+    return TPU_STATUS(INVALID_ARGUMENT, "argmax/argmin over an empty dimension");
+  arg_task_t t = {x, k, malloc(sizeof(double) * (size_t)k->kept),
+                  malloc(sizeof(int64_t) * (size_t)k->kept)};
+  if (!t.best || !t.idx) {
+    free(t.best);
+    free(t.idx);
+    return TPU_STATUS(RESOURCE_EXHAUSTED, "argmax: host out of memory");
+  }
+  if (k->row) tpu_pool_run(x->dev->pool, k->kept, arg_row_task, &t);
+  else tpu_pool_run(x->dev->pool, (k->kept + CHUNK - 1) / CHUNK, arg_col_task, &t);
+  space_t sp = {k->kept_rank, k->row ? k->prog.dims : k->prog.dims + (k->prog.rank - k->kept_rank)};
+  tpu_access_t store = k->store;
+  if (!k->row)
+    memmove(store.strides, store.strides + (k->prog.rank - k->kept_rank),
+            sizeof(int64_t) * (size_t)k->kept_rank);
+  for (int64_t o0 = 0; o0 < k->kept; o0 += CHUNK) {
+    int64_t len = k->kept - o0 < CHUNK ? k->kept - o0 : CHUNK;
+    scatter(x, &sp, &store, o0, len, t.idx + o0);
+  }
+  free(t.best);
+  free(t.idx);
+  return NULL;
+}
+
 tpu_status_t tpu_vtpu_run_reduce(tpu_exec_ctx_t* x, const tpu_vkernel_t* k) {
   if (k->kept == 0) return NULL;
+  if (k->reduce == TPU_REDUCE_ARGMAX || k->reduce == TPU_REDUCE_ARGMIN) return run_reduce_arg(x, k);
   tpu_ct_t ct = k->prog.result_ct;
   int nthreads = tpu_pool_size(x->dev->pool);
   reduce_task_t t = {x, k, 1, NULL, 1};

@@ -71,10 +71,11 @@ def chip_name():
 
 
 def init_core():
+    _C.set_package_dir(os.path.dirname(os.path.abspath(__file__)) + os.sep)
     # OpenBLAS must pick its kernels before it is loaded; our pool threads
     # provide the parallelism, so it runs single-threaded inside them.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    _C.init(
+    return _C.init(
         chip_name(),
         blas_path(),
         _int_env("TORCHTPU_NUM_THREADS", 0),

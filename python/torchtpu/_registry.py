@@ -65,6 +65,34 @@ def _make_lower(name, rule, overload, pos_names, kinds):
     return lower
 
 
+def _to_meta(x):
+    if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_meta(e) for e in x)
+    return x
+
+
+def _with_out_resize(op, overload, out_names):
+    """out= overloads: PyTorch resizes `out` to the result's shape before
+    writing (warning when it had elements). The cached program is built for
+    a fixed `out` shape, so the resize happens here, outside the cache, with
+    PyTorch's own meta kernel deciding the shape (and warning)."""
+
+    def kernel(*args, **kwargs):
+        outs = [kwargs.get(n) for n in out_names]
+        if any(isinstance(o, torch.Tensor) and o.device.type == "tpu" for o in outs):
+            meta_kwargs = {k: _to_meta(v) for k, v in kwargs.items()}
+            overload(*[_to_meta(a) for a in args], **meta_kwargs)
+            for n, o in zip(out_names, outs):
+                want = meta_kwargs[n]
+                if isinstance(o, torch.Tensor) and (o.shape != want.shape):
+                    o.resize_(want.shape)
+        return op(*args, **kwargs)
+
+    return kernel
+
+
 def lowering(*names, runtime=(), uses_precision=False, allow_cpu_tensors=False):
     """Registers rule for the given aten overloads on the tpu device."""
 
@@ -90,7 +118,10 @@ def lowering(*names, runtime=(), uses_precision=False, allow_cpu_tensors=False):
             ns, _, short = name.partition("::")
             if ns not in _LIBS:
                 _LIBS[ns] = torch.library.Library(ns, "IMPL")
-            _LIBS[ns].impl(short, op, "PrivateUse1")
+            out_names = [a.name for a in kwo
+                         if a.alias_info is not None and a.alias_info.is_write]
+            kernel = _with_out_resize(op, overload, out_names) if out_names else op
+            _LIBS[ns].impl(short, kernel, "PrivateUse1")
         return rule
 
     return deco

@@ -181,3 +181,27 @@ def test_sum_over_dims_matches_cpu(shape, dim, keepdim):
     gi = ti.sum(dim, keepdim=keepdim) if dim is not None else ti.sum()
     wi = (x * 10).int().sum(dim, keepdim=keepdim) if dim is not None else (x * 10).int().sum()
     assert gi.dtype == torch.int64 and torch.equal(gi.cpu(), wi)
+
+
+def test_out_variants_resize_like_pytorch():
+    a = torch.ones(3, 4, device="tpu")
+    out = torch.empty(0, device="tpu")
+    torch.add(a, a, out=out)
+    assert out.shape == (3, 4) and out.sum().item() == 24.0
+    out = torch.empty(5, device="tpu")
+    with pytest.warns(UserWarning, match="was resized"):
+        torch.mul(a, 2, out=out)
+    assert out.shape == (3, 4)
+    s = torch.empty(7, device="tpu")
+    torch.sum(a, dim=1, out=s)
+    assert s.tolist() == [4.0, 4.0, 4.0]
+
+
+def test_error_site_names_user_code_not_torchtpu():
+    x = torch.randn(4, 6, device="tpu")
+    bad = torch.full((4, 3), 9, device="tpu", dtype=torch.int64)
+    y = torch.gather(x, 1, bad)
+    with pytest.raises(IndexError) as e:
+        y.sum().item()
+    assert "test_tensor.py" in str(e.value)
+    assert "/torchtpu/" not in str(e.value).split("enqueued at")[1].split(";")[0]

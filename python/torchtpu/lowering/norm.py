@@ -23,7 +23,7 @@ _IDX = (torch.int32, torch.int64)
 # REDUCE kernel has no argmax/argmin combine: see the report and
 # tests/python/test_norm.py::test_ir_reduce_argmax). Until the C core is
 # fixed, the ops that need them run as counted CPU fallbacks.
-_IR_ARGMAX_WORKS = False
+_IR_ARGMAX_WORKS = True
 _ARG_KIND = {"argmax": 6, "argmin": 7}
 
 
@@ -122,11 +122,34 @@ def _emit_as(ctx, v, like):
     ctx.output(v, like=like)
 
 
-def _emit_maybe(ctx, compute, like, wanted=True):
+def _stat_dtype(input, *params):
+    """dtype of the mean/rstd the CPU kernels save: the input's, or its
+    opmath type when the parameters have another dtype (mixed precision:
+    bfloat16 input, float32 weight). The meta kernels differ here."""
+    given = {p.dtype for p in params if p is not None}
+    if len(given) > 1:
+        raise NotLowerable("normalization parameters of different dtypes")
+    if given and given.pop() != input.dtype:
+        return _opmath(input.dtype)
+    return input.dtype
+
+
+def _emit_stat(ctx, v, like, dtype):
+    """A saved statistic: like's shape, the CPU kernels' dtype."""
+    v = ctx.convert(v, dtype)
+    if v.shape != tuple(like.shape):
+        v = ctx.reshape(v, tuple(like.shape))
+    ctx.output(v, strides=tuple(like.stride()))
+
+
+def _emit_maybe(ctx, compute, like, wanted=True, dtype=None):
     """A result PyTorch may return undefined (None): not wanted by the
-    output_mask, or undefined in the meta result."""
+    output_mask, or undefined in the meta result. dtype: the CPU kernel's
+    result dtype where the meta kernel's differs."""
     if like is None or not wanted:
         ctx.result_none()
+    elif dtype is not None:
+        _emit_stat(ctx, compute(), like, dtype)
     else:
         _emit_as(ctx, compute(), like)
 
@@ -146,9 +169,18 @@ def _reduction(r):
     return r
 
 
-def _reduce_loss(ctx, loss, reduction):
+def _round(ctx, v, dtype):
+    """v rounded to dtype and back: the rounding at the end of an aten op
+    that a composite kernel's next op reads."""
+    return ctx.convert(ctx.convert(v, dtype), v.dtype) if dtype != v.dtype else v
+
+
+def _reduce_loss(ctx, loss, reduction, dtype):
+    """The loss reduction; the CPU kernels store the elementwise loss (in
+    the result dtype) and reduce it with mean/sum."""
     if reduction == 0:
         return loss
+    loss = _round(ctx, loss, dtype)
     s = ctx.reduce("sum", loss, range(loss.rank))
     if reduction == 1:
         s = _div(ctx, s, float(_numel(loss.shape)))
@@ -609,7 +641,7 @@ def mse_loss(ctx, self, target, reduction=1):
     m = ctx.meta()
     x, y = _pair(ctx, self, target, m)
     d = _sub(ctx, x, y)
-    ctx.output(_reduce_loss(ctx, _mul(ctx, d, d), _reduction(reduction)), like=m)
+    ctx.output(_reduce_loss(ctx, _mul(ctx, d, d), _reduction(reduction), m.dtype), like=m)
 
 
 @lowering("aten::mse_loss_backward")
@@ -631,7 +663,7 @@ def smooth_l1_loss(ctx, self, target, reduction=1, beta=1.0):
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     x, y = _pair(ctx, self, target, m)
     loss = _smooth_l1(ctx, _sub(ctx, x, y), beta)
-    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction)), like=m)
+    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction), m.dtype), like=m)
 
 
 def _piecewise(ctx, d, g, bound, outer, inner):
@@ -655,7 +687,7 @@ def huber_loss(ctx, self, target, reduction=1, delta=1.0):
     z = ctx.unary("abs", _sub(ctx, x, y))
     loss = _where(ctx, _cmp(ctx, "lt", z, delta), _mul(ctx, _mul(ctx, z, z), 0.5),
                   _mul(ctx, _sub(ctx, z, 0.5 * delta), delta))
-    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction)), like=m)
+    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction), m.dtype), like=m)
 
 
 @lowering("aten::huber_loss_backward")
@@ -686,7 +718,7 @@ def binary_cross_entropy(ctx, self, target, weight=None, reduction=1):
     w = _weight(ctx, weight, loss.shape, loss.dtype)
     if w is not None:
         loss = _mul(ctx, loss, w)
-    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction)), like=m)
+    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction), m.dtype), like=m)
 
 
 @lowering("aten::binary_cross_entropy_backward")
@@ -705,20 +737,27 @@ def binary_cross_entropy_backward(ctx, grad_output, self, target, weight=None, r
 @lowering("aten::binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(ctx, self, target, weight=None, pos_weight=None,
                                      reduction=1):
+    """PyTorch's composite: loss = (1 - t) * x - log_sigmoid(x) * log_weight,
+    each of its aten ops rounding to the result dtype."""
     m = ctx.meta()
     x, y = _pair(ctx, self, target, m)
     acc = x.dtype
+
+    def r(v):
+        return _round(ctx, v, m.dtype)
+
     # log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|))
-    ls = _sub(ctx, _bin(ctx, "minimum", x, 0.0),
-              ctx.unary("log_plus_one", ctx.unary("exponential",
-                                                  ctx.unary("negate", ctx.unary("abs", x)))))
+    ls = r(_sub(ctx, _bin(ctx, "minimum", x, 0.0),
+                ctx.unary("log_plus_one", ctx.unary("exponential",
+                                                    ctx.unary("negate", ctx.unary("abs", x))))))
     if pos_weight is not None:
         pw = ctx.convert(ctx.input(pos_weight, "pos_weight"), acc)
-        ls = _mul(ctx, ls, _add(ctx, _mul(ctx, _sub(ctx, pw, 1.0), y), 1.0))
-    loss = _sub(ctx, _mul(ctx, _sub(ctx, 1.0, y), x), ls)
+        log_weight = r(_add(ctx, r(_mul(ctx, r(_sub(ctx, pw, 1.0)), y)), 1.0))
+        ls = r(_mul(ctx, ls, log_weight))
+    loss = r(_sub(ctx, r(_mul(ctx, r(_sub(ctx, 1.0, y)), x)), ls))
     if weight is not None:
-        loss = _mul(ctx, loss, ctx.convert(ctx.input(weight, "weight"), acc))
-    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction)), like=m)
+        loss = r(_mul(ctx, loss, ctx.convert(ctx.input(weight, "weight"), acc)))
+    ctx.output(_reduce_loss(ctx, loss, _reduction(reduction), m.dtype), like=m)
 
 
 # ------------------------------------------------------------- layer norm
@@ -757,8 +796,9 @@ def native_layer_norm(ctx, input, normalized_shape, weight, bias, eps):
     if b is not None:
         y = _add(ctx, y, b)
     ctx.output(y, like=m[0])
-    _emit_as(ctx, mu, m[1])
-    _emit_as(ctx, rstd, m[2])
+    sdt = _stat_dtype(input, weight, bias)
+    _emit_stat(ctx, mu, m[1], sdt)
+    _emit_stat(ctx, rstd, m[2], sdt)
 
 
 @lowering("aten::native_layer_norm_backward")
@@ -819,8 +859,9 @@ def native_group_norm(ctx, input, weight, bias, N, C, HxW, group, eps):
     if b is not None:
         y = _add(ctx, y, b)
     _emit_as(ctx, y, m[0])
-    _emit_as(ctx, mu, m[1])
-    _emit_as(ctx, rstd, m[2])
+    sdt = _stat_dtype(input, weight, bias)
+    _emit_stat(ctx, mu, m[1], sdt)
+    _emit_stat(ctx, rstd, m[2], sdt)
 
 
 @lowering("aten::native_group_norm_backward")
@@ -845,7 +886,7 @@ def native_group_norm_backward(ctx, grad_out, input, mean, rstd, weight, N, C, H
         mgx = _back(ctx, _mean(ctx, _mul(ctx, g, xhat), dims), shape, dims)
         return _mul(ctx, rs, _sub(ctx, _sub(ctx, g, mg), _mul(ctx, xhat, mgx)))
 
-    _emit_maybe(ctx, grad_input, m[0], output_mask[0])
+    _emit_maybe(ctx, grad_input, m[0], output_mask[0], input.dtype)
     _emit_maybe(ctx, lambda: ctx.reduce("sum", _mul(ctx, dy, xhat), [0, 3]), m[1], output_mask[1])
     _emit_maybe(ctx, lambda: ctx.reduce("sum", dy, [0, 3]), m[2], output_mask[2])
 
@@ -863,6 +904,7 @@ def _batch_norm(ctx, input, weight, bias, running_mean, running_var, training, m
     if input.dim() < 2:
         raise NotLowerable(f"batch_norm of a {input.dim()}-d input")
     dims = [0] + list(range(2, input.dim()))
+    sdt = _stat_dtype(input, weight, bias, running_mean, running_var)
     x = ctx.convert(ctx.input(input, "input"), acc)
     eps = ctx.scalar("eps", acc)
     if training:
@@ -881,6 +923,10 @@ def _batch_norm(ctx, input, weight, bias, running_mean, running_var, training, m
                 old = ctx.convert(ctx.input(t, name), acc)
                 _update(ctx, _add(ctx, _mul(ctx, stat, mom), _mul(ctx, old, _sub(ctx, 1.0, mom))),
                         t, name)
+        if sdt != acc:
+            # the CPU kernels normalize with the saved statistics, rounded
+            mu, invstd = _round(ctx, mu, sdt), _round(ctx, invstd, sdt)
+            d = _sub(ctx, x, _back(ctx, mu, shape, dims))
     else:
         if running_mean is None or running_var is None:
             raise NotLowerable("eval-mode batch_norm without running statistics")
@@ -896,13 +942,13 @@ def _batch_norm(ctx, input, weight, bias, running_mean, running_var, training, m
     if b is not None:
         y = _add(ctx, y, b)
     ctx.output(y, like=m[0])
-    for v, like in ((mu, m[1]), (invstd, m[2])):
+    for v in (mu, invstd):
         if training:
-            _emit_as(ctx, v, like)
+            _emit_stat(ctx, v, m[1], sdt)
         else:
             # the CPU kernels return empty save_mean/save_invstd in eval
             # mode (the meta kernels say [C])
-            ctx.output(ctx.const(0, like.dtype, (0,)), strides=(1,))
+            ctx.output(ctx.const(0, sdt, (0,)), strides=(1,))
 
 
 @lowering("aten::native_batch_norm", runtime=("momentum", "eps"))
@@ -972,9 +1018,10 @@ def native_batch_norm_backward(ctx, grad_out, input, weight, running_mean, runni
         mean_dy = _back(ctx, _div(ctx, sum_dy, float(n)), shape, dims)
         return _mul(ctx, _sub(ctx, _sub(ctx, dy, mean_dy), proj), scale)
 
+    pdt = _stat_dtype(input, weight, running_mean, running_var)
     _emit_maybe(ctx, grad_input, m[0], output_mask[0])
-    _emit_maybe(ctx, lambda: _mul(ctx, dotp, invstd), m[1], output_mask[1])
-    _emit_maybe(ctx, lambda: sum_dy, m[2], output_mask[2])
+    _emit_maybe(ctx, lambda: _mul(ctx, dotp, invstd), m[1], output_mask[1], pdt)
+    _emit_maybe(ctx, lambda: sum_dy, m[2], output_mask[2], pdt)
 
 
 # ------------------------------------------------------------- dropout
