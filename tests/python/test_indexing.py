@@ -239,6 +239,22 @@ def test_index_add_copy_fill(dtype):
     same(y, x.clone().index_fill_(0, n, torch.tensor(-2).to(dtype)))
 
 
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_index_reduce(reduce, include_self, dtype):
+    x = make((5, 3), dtype, 1, -4, 5)
+    src = make((5, 6), dtype, 2, -4, 5)
+    i = torch.tensor([3, 0, 3, 2, 3, 0])   # column 1 is never hit
+    ref = x.index_reduce(1 - 2, i.remainder(3), src, reduce, include_self=include_self)
+    exact = dtype == torch.int64 or reduce in ("amax", "amin")
+    same(tpu(x).index_reduce(-1, tpu(i.remainder(3)), tpu(src), reduce,
+                             include_self=include_self), ref, exact)
+    y = strided(x)
+    y.index_reduce_(-1, tpu(i.remainder(3)), tpu(src), reduce, include_self=include_self)
+    same(y, ref, exact)
+
+
 def test_take_and_put():
     x = make((4, 5))
     i = torch.tensor([[0, -1], [7, 19]])
@@ -418,9 +434,9 @@ def _expect_index_error(result, op):
 
 def test_out_of_range_raises_at_the_next_sync():
     x = tpu(make((4, 5)))
-    _expect_index_error(x[idx([1, 4])], "index")
-    _expect_index_error(x[idx([0, 1]), idx([2, -6])], "index")
-    _expect_index_error(x[:, idx([7])], "index")
+    _expect_index_error(x[idx([1, 4])], "index.Tensor")
+    _expect_index_error(x[idx([0, 1]), idx([2, -6])], "index.Tensor")
+    _expect_index_error(x[:, idx([7])], "index.Tensor")
     _expect_index_error(torch.index_select(x, 1, idx([5])), "aten::index_select")
     _expect_index_error(torch.gather(x, 0, idx([[4]])), "aten::gather")
     _expect_index_error(torch.gather(x, 1, idx([[-1]])), "aten::gather")
@@ -428,7 +444,7 @@ def test_out_of_range_raises_at_the_next_sync():
     _expect_index_error(x.scatter_add(0, idx([[9]]), x), "aten::scatter_add")
     y = x.clone()
     y[idx([-5])] = 1.0
-    _expect_index_error(y, "index_put")
+    _expect_index_error(y, "_index_put_impl_")
     with pytest.raises(IndexError, match="index 6 is out of bounds for dimension 1 with size 5"):
         x[:, idx([6])].cpu()
     # the device is usable afterwards
@@ -720,7 +736,8 @@ def test_lowered_ops_are_registered():
     for name in ["aten::cat", "aten::gather", "aten::scatter.src", "aten::scatter_add",
                  "aten::scatter_reduce.two", "aten::index_select", "aten::index.Tensor",
                  "aten::_index_put_impl_", "aten::index_add", "aten::index_copy",
-                 "aten::index_fill.int_Scalar", "aten::masked_scatter", "aten::masked_select",
+                 "aten::index_fill.int_Scalar", "aten::index_reduce", "aten::masked_scatter",
+                 "aten::masked_select",
                  "aten::nonzero", "aten::flip", "aten::roll", "aten::constant_pad_nd",
                  "aten::reflection_pad2d", "aten::replication_pad3d_backward",
                  "aten::slice_scatter", "aten::sort.stable", "aten::topk", "aten::_unique2",

@@ -109,6 +109,14 @@ def _along(ctx, v, shape, dim):
     return ctx.broadcast_in_dim(v, tuple(shape), (dim,))
 
 
+def _index_along(ctx, i, shape, dim):
+    """A 1-D index laid along dim of shape: computed once, stored, then
+    broadcast (so the index arithmetic is not redone per element)."""
+    if _prod(shape) > i.shape[0] and all(v.id != i.id for v in ctx._inputs.values()):
+        i = ctx.materialize(i)
+    return _along(ctx, i, shape, dim)
+
+
 def _wrap_index(ctx, i, size):
     """Negative indices wrapped by size; out-of-range ones keep their value
     (so the bounds check reports the index as written)."""
@@ -250,30 +258,37 @@ def _scatter_core(ctx, self, dim, index, upd, mode, include_self=True):
     if index.numel() == 0:
         return x
     i = ctx.input(index, "index")
-    d = _wrap(dim, self.dim())
     shape = x.shape
     x1, i1, u1 = _as_rank1(ctx, x, i, ctx.convert(upd, dt))
+    return ctx.reshape(_reduce_into(ctx, x1, _wrap(dim, self.dim()), i1, u1, mode, include_self),
+                       shape)
+
+
+def _reduce_into(ctx, x, d, i, u, mode, include_self):
+    """x (rank >= 1, opmath dtype) with u reduced into it at i along d, as
+    scatter_reduce/index_reduce do: include_self=False starts every hit
+    position from the reduction's identity; mean divides by the hit count
+    (plus one for self), flooring for integers."""
+    dt = x.dtype
     if not include_self or mode == "mean":
-        hits = ctx.op("scatter", _zeros(ctx, I64, x1.shape), i1,
-                      _c64(ctx, 1, i1.shape), kind=SCATTER["add"], ints=(d,))
+        hits = ctx.op("scatter", _zeros(ctx, I64, x.shape), i, _c64(ctx, 1, i.shape),
+                      kind=SCATTER["add"], ints=(d,))
     if not include_self:
         ident = {"add": 0, "mul": 1, "max": _lowest(dt), "min": _highest(dt), "mean": 0}[mode]
         hit = ctx.compare("gt", hits, _c64(ctx, 0, hits.shape))
-        x1 = ctx.select(hit, ctx.const(ident, dt, x1.shape), x1)
-    kind = SCATTER["add" if mode == "mean" else mode]
-    r = ctx.op("scatter", x1, i1, u1, kind=kind, ints=(d,))
-    if mode == "mean":
-        n = hits if not include_self else ctx.binary("add", hits, _c64(ctx, 1, hits.shape))
-        n = ctx.binary("maximum", n, _c64(ctx, 1, n.shape))
-        q = ctx.binary("divide", r, ctx.convert(n, dt))
-        if not dt.is_floating_point:
-            # PyTorch floors integer means
-            rem = ctx.binary("remainder", r, ctx.convert(n, dt))
-            neg = ctx.op("and", ctx.compare("ne", rem, ctx.const(0, dt, rem.shape)),
-                         ctx.compare("lt", rem, ctx.const(0, dt, rem.shape)))
-            q = ctx.select(neg, ctx.binary("subtract", q, ctx.const(1, dt, q.shape)), q)
-        r = q
-    return ctx.reshape(r, shape)
+        x = ctx.select(hit, ctx.const(ident, dt, x.shape), x)
+    r = ctx.op("scatter", x, i, u, kind=SCATTER["add" if mode == "mean" else mode], ints=(d,))
+    if mode != "mean":
+        return r
+    n = hits if not include_self else ctx.binary("add", hits, _c64(ctx, 1, hits.shape))
+    n = ctx.convert(ctx.binary("maximum", n, _c64(ctx, 1, n.shape)), dt)
+    q = ctx.binary("divide", r, n)
+    if not dt.is_floating_point:
+        rem = ctx.binary("remainder", r, n)
+        neg = ctx.op("and", ctx.compare("ne", rem, ctx.const(0, dt, rem.shape)),
+                     ctx.compare("lt", rem, ctx.const(0, dt, rem.shape)))
+        q = ctx.select(neg, ctx.binary("subtract", q, ctx.const(1, dt, q.shape)), q)
+    return q
 
 
 def _lowest(dt):
@@ -381,7 +396,7 @@ def index_select(ctx, self, dim, index):
     d = _wrap(dim, self.dim())
     i = _dim_index(ctx, index, x.shape[d], wrap=False)
     shape = x.shape[:d] + (i.shape[0],) + x.shape[d + 1:]
-    g = ctx.op("gather", x, _along(ctx, i, shape, d), ints=(d,))
+    g = ctx.op("gather", x, _index_along(ctx, i, shape, d), ints=(d,))
     ctx.output(ctx.reshape(g, tuple(m.shape)), like=m)
 
 
@@ -407,7 +422,7 @@ def _index_dim_scatter(ctx, self, dim, index, source, mode, alpha=None):
     if alpha is not None:
         s = ctx.binary("multiply", s, ctx.broadcast(_scalar(ctx, alpha, "alpha", dt), s.shape))
     s = ctx.reshape(s, x.shape[:d] + (i.shape[0],) + x.shape[d + 1:])
-    r = ctx.op("scatter", x, _along(ctx, i, s.shape, d), s, kind=SCATTER[mode], ints=(d,))
+    r = ctx.op("scatter", x, _index_along(ctx, i, s.shape, d), s, kind=SCATTER[mode], ints=(d,))
     return ctx.reshape(r, shape)
 
 
@@ -467,7 +482,29 @@ def index_fill(ctx, self, dim, index, value):
         ctx.output(x, like=m)
 
 
+@lowering("aten::index_reduce", "aten::index_reduce_")
+def index_reduce(ctx, self, dim, index, source, reduce, *, include_self=True):
+    _check_dtypes(self, source)
+    m = ctx.meta()
+    dt = _opmath(self.dtype)
+    x = ctx.convert(ctx.input(self, "self"), dt)
+    if index.numel():
+        shape = x.shape
+        x1 = ctx.reshape(x, (1,)) if x.rank == 0 else x
+        d = _wrap(dim, self.dim())
+        i = _dim_index(ctx, index, x1.shape[d], wrap=False)
+        u = ctx.reshape(ctx.convert(ctx.input(source, "source"), dt),
+                        x1.shape[:d] + (i.shape[0],) + x1.shape[d + 1:])
+        x = ctx.reshape(_reduce_into(ctx, x1, d, _index_along(ctx, i, u.shape, d), u,
+                                     _SCATTER_REDUCE[reduce], include_self), shape)
+    if ctx.name.endswith("_"):
+        ctx.output_into(x, self, "self")
+    else:
+        ctx.output(x, like=m)
+
+
 for _name, _fn in [("index_add.out", "index_add"), ("index_copy.out", "index_copy"),
+                   ("index_reduce.out", "index_reduce"),
                    ("index_fill.int_Scalar_out", "index_fill.int_Scalar"),
                    ("index_fill.int_Tensor_out", "index_fill.int_Tensor")]:
     _out_variant("aten::" + _name, _op("aten::" + _fn))
@@ -623,7 +660,7 @@ def index_gather(ctx, self, indices):
         return
     x = a.to_merged(ctx, ctx.input(self, "self"))
     lin = a.linear(ctx, vals)
-    g = ctx.op("gather", x, _along(ctx, lin, a.spread, a.axis), ints=(a.axis,))
+    g = ctx.op("gather", x, _index_along(ctx, lin, a.spread, a.axis), ints=(a.axis,))
     ctx.output(ctx.reshape(g, a.R))
 
 
@@ -700,7 +737,7 @@ def index_scatter_(ctx, self, indices, values, accumulate):
     lin = a.linear(ctx, vals)
     v = ctx.broadcast(ctx.input(values, "values"), a.R)
     u = ctx.reshape(v, a.spread)
-    r = ctx.op("scatter", a.to_merged(ctx, x), _along(ctx, lin, a.spread, a.axis), u,
+    r = ctx.op("scatter", a.to_merged(ctx, x), _index_along(ctx, lin, a.spread, a.axis), u,
                kind=SCATTER["add" if accumulate else "replace"], ints=(a.axis,))
     ctx.output_into(a.from_merged(ctx, r), self, "self")
 
@@ -1224,7 +1261,7 @@ def _pad_rule(kind):
         for d, n, lo, out in _pad_plan(self, padding, tuple(m.shape)):
             shape = x.shape[:d] + (out,) + x.shape[d + 1:]
             p = _pad_source(ctx, kind, n, lo, out)
-            x = ctx.op("gather", x, _along(ctx, p, shape, d), ints=(d,))
+            x = ctx.op("gather", x, _index_along(ctx, p, shape, d), ints=(d,))
         ctx.output(x, like=m)
 
     return rule
@@ -1243,7 +1280,7 @@ def _pad_backward_rule(kind):
         for d, n, lo, out in plan:
             shape = g.shape[:d] + (n,) + g.shape[d + 1:]
             p = _pad_source(ctx, kind, n, lo, out)
-            g = ctx.op("scatter", _zeros(ctx, dt, shape), _along(ctx, p, g.shape, d), g,
+            g = ctx.op("scatter", _zeros(ctx, dt, shape), _index_along(ctx, p, g.shape, d), g,
                        kind=SCATTER["add"], ints=(d,))
         ctx.output(g, like=m)
 
@@ -1394,7 +1431,7 @@ def unfold_backward(ctx, grad_in, input_sizes, dim, size, step):
     k = ctx.iota(I64, (W, size), 1)
     pos = ctx.binary("add", ctx.binary("multiply", w, _c64(ctx, step, (W, size))), k)
     pos = ctx.reshape(pos, (W * size,))
-    out = ctx.op("scatter", _zeros(ctx, dt, S), _along(ctx, pos, shape, d), g,
+    out = ctx.op("scatter", _zeros(ctx, dt, S), _index_along(ctx, pos, shape, d), g,
                  kind=SCATTER["add"], ints=(d,))
     ctx.output(out, like=m)
 
