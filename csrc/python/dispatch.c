@@ -311,25 +311,18 @@ static tpu_status_t plan_from_py(PyObject* binds, PyObject* results, int single,
 /* Builds the Python result from a plan and the output list. */
 static PyObject* build_result(const plan_t* plan, const flat_t* f, PyObject* outs) {
   if (plan->n_results == 0) Py_RETURN_NONE;
-  PyObject* items[32];
-  int32_t n = plan->n_results > 32 ? 32 : plan->n_results;
+  int32_t n = plan->n_results;
+  PyObject* t = plan->single ? NULL : PyTuple_New(n);
+  if (!plan->single && !t) return NULL;
   for (int32_t i = 0; i < n; i++) {
     pair_t r = plan->results[i];
     PyObject* o;
     if (r.kind == R_OUTPUT) o = PyList_GET_ITEM(outs, r.index);
     else if (r.kind == R_ALIAS) o = f->t[r.index].obj;
     else o = Py_None;
-    items[i] = o;
-  }
-  if (plan->single) {
-    Py_INCREF(items[0]);
-    return items[0];
-  }
-  PyObject* t = PyTuple_New(n);
-  if (!t) return NULL;
-  for (int32_t i = 0; i < n; i++) {
-    Py_INCREF(items[i]);
-    PyTuple_SET_ITEM(t, i, items[i]);
+    Py_INCREF(o);
+    if (plan->single) return o;
+    PyTuple_SET_ITEM(t, i, o);
   }
   return t;
 }

@@ -338,6 +338,17 @@ static PyObject* py_copy_h2d(PyObject* self, PyObject* args) {
   tpu_py_tensor_t d, s;
   if (tpu_py_tensor_read(dst, &d) < 0 || tpu_py_tensor_read(src, &s) < 0) return NULL;
   if (same_layout_check(&d, &s, "copy to tpu") < 0) return NULL;
+  if (!s.data_ptr) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < s.rank; i++) n *= s.dims[i];
+    if (n) {
+      PyErr_SetString(PyExc_RuntimeError,
+                      "copy to tpu: the source tensor has no data (an efficient zero "
+                      "tensor or a meta tensor); materialize it first");
+      return NULL;
+    }
+    Py_RETURN_NONE;
+  }
   int64_t off;
   tpu_buffer_t* b = tpu_py_tensor_buffer(&d, &off);
   if (!b) return NULL;
@@ -359,6 +370,15 @@ static PyObject* py_copy_d2h(PyObject* self, PyObject* args) {
   tpu_py_tensor_t d, s;
   if (tpu_py_tensor_read(dst, &d) < 0 || tpu_py_tensor_read(src, &s) < 0) return NULL;
   if (same_layout_check(&d, &s, "copy from tpu") < 0) return NULL;
+  if (!d.data_ptr) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < d.rank; i++) n *= d.dims[i];
+    if (n) {
+      PyErr_SetString(PyExc_RuntimeError, "copy from tpu: the destination has no data");
+      return NULL;
+    }
+    Py_RETURN_NONE;
+  }
   int64_t off;
   tpu_buffer_t* b = tpu_py_tensor_buffer(&s, &off);
   if (!b) return NULL;

@@ -76,6 +76,9 @@ def copy_(self, src, non_blocking=False):
         src = src.resolve_conj()
     if src.is_neg():
         src = src.resolve_neg()
+    if src._is_zerotensor():
+        # an efficient zero tensor has no storage: materialize its zeros
+        src = torch.zeros(src.shape, dtype=src.dtype, device=src.device)
     if self.device.type == "tpu" and src.device.type == "tpu":
         if _same_storage(self, src) and (
             self.data_ptr() != src.data_ptr() or self.stride() != src.stride()

@@ -100,14 +100,16 @@ def run_fallback(op, args, kwargs, reason=""):
     if factory:
         cpu_kwargs["device"] = torch.device("cpu")
     out = op(*cpu_args, **cpu_kwargs)
-    # write mutated inputs back
+    # write mutated inputs (and mutated tensor lists) back
     for key, orig in mutated.items():
-        if not _is_tpu(orig):
-            continue
         new = cpu_args[key] if isinstance(key, int) else cpu_kwargs[key]
-        if new.shape != orig.shape:
-            orig.resize_(new.shape)
-        orig.copy_(new)
+        pairs = zip(orig, new) if isinstance(orig, (list, tuple)) else [(orig, new)]
+        for o, n in pairs:
+            if not _is_tpu(o):
+                continue
+            if n.shape != o.shape:
+                o.resize_(n.shape)
+            o.copy_(n)
 
     def back(x):
         if isinstance(x, torch.Tensor):

@@ -12,11 +12,20 @@ _LIB = torch.library.Library("tpu_fallback_test", "DEF")
 _LIB.define("double_it(Tensor x) -> Tensor")
 _LIB.define("add_one_(Tensor(a!) x) -> Tensor(a!)")
 _LIB.define("make(int n, *, Device? device=None) -> Tensor")
+_LIB.define("bump_all_(Tensor(a!)[] xs) -> ()")
 _IMPL = torch.library.Library("tpu_fallback_test", "IMPL")
 _IMPL.impl("double_it", lambda x: x * 2, "CPU")
 _IMPL.impl("add_one_", lambda x: x.add_(1), "CPU")
 _IMPL.impl("make", lambda n, device=None: torch.arange(float(n)), "CPU")
 _IMPL.impl("make", lambda n, device=None: torch.arange(float(n)), "BackendSelect")
+
+
+def _bump_all(xs):
+    for x in xs:
+        x.add_(1)
+
+
+_IMPL.impl("bump_all_", _bump_all, "CPU")
 ops = torch.ops.tpu_fallback_test
 
 
@@ -46,6 +55,12 @@ def test_fallback_writes_back_mutated_inputs_and_keeps_identity():
     assert x.cpu().tolist() == [2.0, 5.0, 10.0]
     assert view.cpu().tolist() == [5.0, 10.0]       # views see the write-back
     assert x._version > v0
+
+
+def test_fallback_writes_back_mutated_tensor_lists():
+    xs = [torch.zeros(2, device="tpu"), torch.ones(3, device="tpu")]
+    ops.bump_all_(xs)
+    assert xs[0].tolist() == [1.0, 1.0] and xs[1].tolist() == [2.0, 2.0, 2.0]
 
 
 def test_fallback_orders_with_queued_work():

@@ -141,14 +141,29 @@ def test_foreach_unary_match_cpu(op, inplace):
         torch.testing.assert_close(g, w, rtol=2e-6, atol=1e-6)
 
 
+def test_foreach_unary_special_values():
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([nan, inf, -inf, -0.0, 0.0, -2.5, 2.5, 0.5, -0.5, 1.5, 1e-30, 3e38])
+    for op in _UNARY:
+        want = getattr(torch, f"_foreach_{op}")([x])[0]
+        got = getattr(torch, f"_foreach_{op}")([x.to("tpu")])[0].cpu()
+        torch.testing.assert_close(got, want, equal_nan=True, msg=op)
+        m = ~want.isnan()
+        assert torch.equal(got[m].signbit(), want[m].signbit()), op
+
+
 def test_foreach_integer_lists_promote_like_cpu():
     xs = [torch.arange(6).reshape(2, 3), torch.tensor([5, -3])]
     torchtpu.metrics.reset()
+    mixed = [torch.tensor([1.5, -2.5]), torch.tensor([3, -4])]
+    for g, w in zip(torch._foreach_floor(_tpu(mixed)), torch._foreach_floor(mixed)):
+        assert g.dtype == w.dtype and torch.equal(g.cpu(), w)
     for fn in (lambda s: torch._foreach_add(s, 3),
                lambda s: torch._foreach_div(s, 2),           # int / int -> float
                lambda s: torch._foreach_mul(s, 0.5),         # int * float -> float
                lambda s: torch._foreach_sqrt(s),
-               lambda s: torch._foreach_floor(s)):           # identity on integers
+               lambda s: torch._foreach_floor(s),            # identity on integers
+               lambda s: torch._foreach_sign(s)):
         want = fn([t.clone() for t in xs])
         got = fn(_tpu(xs))
         for g, w in zip(got, want):

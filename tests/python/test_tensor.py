@@ -205,3 +205,20 @@ def test_error_site_names_user_code_not_torchtpu():
         y.sum().item()
     assert "test_tensor.py" in str(e.value)
     assert "/torchtpu/" not in str(e.value).split("enqueued at")[1].split(";")[0]
+
+
+def test_bool_arithmetic_and_wrapped_numbers_like_cpu():
+    b = torch.tensor([True, False, True])
+    tb = b.to("tpu")
+    assert torch.equal((tb * tb).cpu(), b * b)
+    assert torch.equal((tb + tb).cpu(), b + b)
+    i = torch.arange(3, dtype=torch.int32)
+    got = torch.where(tb, i.to("tpu"), 0.5).cpu()
+    want = torch.where(b, i, 0.5)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def test_copy_from_an_efficient_zero_tensor():
+    x = torch.full((3,), 7.0, device="tpu")
+    x.copy_(torch._efficientzerotensor(3))
+    assert x.tolist() == [0.0, 0.0, 0.0]

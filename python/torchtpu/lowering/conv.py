@@ -271,7 +271,9 @@ def _emit_pair(ctx, vals, idx, m, out, indices):
 
 
 def _max_pool(ctx, self, ns, kernel_size, stride, padding, dilation, ceil_mode, meta=None):
-    _float_inputs("max_pool", self)
+    _check_dtypes(self)
+    if self.dtype == torch.bool:
+        raise NotLowerable("max_pool of bool")
     m = meta if meta is not None else ctx.meta()
     k, s, p, d = _pool_args(self, ns, kernel_size, stride, padding, dilation)
     lead = self.dim() - ns
@@ -297,6 +299,8 @@ def _max_pool(ctx, self, ns, kernel_size, stride, padding, dilation, ceil_mode, 
         if mult != 1:
             pos = ctx.binary("multiply", pos, ctx.const(mult, _S64, shape))
         idx = pos if idx is None else ctx.binary("add", idx, pos)
+    if not self.dtype.is_floating_point:
+        return m, vals, idx
     # PyTorch's kernel takes the last NaN of a window (val > max || isnan)
     isnan = ctx.compare("ne", x, x)
     key = ctx.select(isnan, _flat_position(ctx, x.shape, lead, sizes),
@@ -596,11 +600,6 @@ def _scales(ns, args, kw):
     return vals[:ns]
 
 
-def _f32(x):
-    """x rounded to float32, as a Python float."""
-    return float(torch.tensor(x, dtype=torch.float32))
-
-
 def _scale_value(scale, n_in, n_out, dtype):
     """compute_scales_value: 1/scale when given, else in/out, in dtype."""
     if scale is not None and scale > 0:
@@ -740,9 +739,6 @@ def _linear_rule(ns):
             dim = 2 + d
             n_in, n_out = self.shape[dim], m.shape[dim]
             i0, i1, l0, l1 = _linear_src(ctx, n_in, n_out, align_corners, sc[d], op)
-            if self.dtype != op:     # the CPU kernel stores its weights in the input dtype
-                l0 = ctx.convert(ctx.convert(l0, self.dtype), op)
-                l1 = ctx.convert(ctx.convert(l1, self.dtype), op)
             a = _gather_dim(ctx, v, i0, dim)
             b = _gather_dim(ctx, v, i1, dim)
             v = ctx.binary("add", ctx.binary("multiply", a, _along(ctx, l0, a.shape, dim)),
@@ -845,3 +841,193 @@ def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride, *, ou
                                                             hi[1], 0, 0, s[0] - 1, s[1] - 1))
             total = sl if total is None else ctx.binary("add", total, sl)
     _emit(ctx, ctx.reshape(total, tuple(m.shape)), m, {"out": out})
+
+
+# ------------------------------------------------------------ grid_sample
+
+_BILINEAR, _NEAREST = 0, 1
+_ZEROS, _BORDER, _REFLECTION = 0, 1, 2
+
+
+def _grid_source(ctx, g, size, padding_mode, align_corners, op):
+    """Grid values g (op [N, L]) -> input coordinates along a dim of the
+    given size and d coordinate / d g, as PyTorch's CPU kernel computes
+    them (un-normalize, then reflect and/or clip)."""
+    shape = g.shape
+
+    def c(v):
+        return ctx.const(v, op, shape)
+
+    if align_corners:
+        sf = float(torch.tensor(size - 1, dtype=op) / 2)
+        x = ctx.binary("multiply", ctx.binary("add", g, c(1)), c(sf))
+    else:
+        sf = float(torch.tensor(size, dtype=op) / 2)
+        x = ctx.binary("subtract", ctx.binary("multiply", ctx.binary("add", g, c(1)), c(sf)),
+                       c(0.5))
+    mult = c(sf)
+    if padding_mode == _REFLECTION:
+        if align_corners and size <= 1:
+            return c(0), c(0)
+        low = 0.0 if align_corners else -0.5
+        span2 = float((size - 1) * 2 if align_corners else size * 2)
+        t = ctx.binary("subtract", x, c(low)) if low else x
+        neg = ctx.compare("lt", t, c(0))
+        a = ctx.unary("abs", t)
+        flips = ctx.unary("floor", ctx.binary("divide", a, c(span2)))
+        extra = ctx.binary("subtract", a, ctx.binary("multiply", flips, c(span2)))
+        refl = ctx.binary("subtract", c(span2), extra)
+        more = ctx.compare("gt", extra, refl)
+        x = ctx.select(more, refl, extra)
+        if low:
+            x = ctx.binary("add", x, c(low))
+        mult = ctx.select(ctx.compare("ne", more, neg), ctx.unary("negate", mult), mult)
+    if padding_mode in (_BORDER, _REFLECTION):
+        hi = c(size - 1)
+        inside = ctx.op("and", ctx.compare("gt", x, c(0)), ctx.compare("lt", x, hi))
+        x = ctx.select(ctx.compare("gt", x, c(0)), x, c(0))      # NaN clamps to 0
+        x = ctx.select(ctx.compare("lt", x, hi), x, hi)
+        mult = ctx.select(inside, mult, c(0))
+    return x, mult
+
+
+def _grid_corner(ctx, xi, yi, h, w):
+    """Flat index (s64 [N, L]) of integral-valued float coordinates and
+    whether they lie inside the input (index 0 when not)."""
+    op, shape = xi.dtype, xi.shape
+
+    def c(v):
+        return ctx.const(v, op, shape)
+
+    valid = ctx.op("and", ctx.op("and", ctx.compare("gt", xi, c(-1)), ctx.compare("lt", xi, c(w))),
+                   ctx.op("and", ctx.compare("gt", yi, c(-1)), ctx.compare("lt", yi, c(h))))
+    xs = ctx.convert(ctx.select(valid, xi, c(0)), _S64)
+    ys = ctx.convert(ctx.select(valid, yi, c(0)), _S64)
+    idx = ctx.binary("add", ctx.binary("multiply", ys, ctx.const(w, _S64, shape)), xs)
+    return idx, valid
+
+
+class _Grid:
+    """What grid_sampler_2d and its backward share: coordinates, corners,
+    weights and the input values gathered at the corners."""
+
+    def __init__(self, ctx, input, grid, interpolation_mode, padding_mode, align_corners):
+        if interpolation_mode not in (_BILINEAR, _NEAREST):
+            raise NotLowerable("bicubic grid sampling")
+        if padding_mode not in (_ZEROS, _BORDER, _REFLECTION):
+            raise NotLowerable(f"padding mode {padding_mode}")
+        self.ctx = ctx
+        n, c, h, w = input.shape
+        ho, wo = grid.shape[1:3]
+        self.n, self.c, self.h, self.w, self.ho, self.wo = n, c, h, w, ho, wo
+        self.L = ho * wo
+        op = self.op = _acc(input.dtype)
+        gr = ctx.convert(ctx.input(grid, "grid"), op)
+        gx = ctx.reshape(ctx.op("slice", gr, ints=(0, 0, 0, 0, n, ho, wo, 1, 1, 1, 1, 1)),
+                         (n, self.L))
+        gy = ctx.reshape(ctx.op("slice", gr, ints=(0, 0, 0, 1, n, ho, wo, 2, 1, 1, 1, 1)),
+                         (n, self.L))
+        self.x, self.gx_mult = _grid_source(ctx, gx, w, padding_mode, align_corners, op)
+        self.y, self.gy_mult = _grid_source(ctx, gy, h, padding_mode, align_corners, op)
+        self.inp = ctx.reshape(ctx.convert(ctx.input(input, "input"), op), (n, c, h * w))
+        self.bilinear = interpolation_mode == _BILINEAR
+        shape = (n, self.L)
+        if self.bilinear:
+            one = ctx.const(1, op, shape)
+            x_w, y_n = ctx.unary("floor", self.x), ctx.unary("floor", self.y)
+            self.wd = ctx.binary("subtract", self.x, x_w)
+            self.ed = ctx.binary("subtract", one, self.wd)
+            self.nd = ctx.binary("subtract", self.y, y_n)
+            self.sd = ctx.binary("subtract", one, self.nd)
+            x_e, y_s = ctx.binary("add", x_w, one), ctx.binary("add", y_n, one)
+            corners = [(x_w, y_n, self.sd, self.ed), (x_e, y_n, self.sd, self.wd),
+                       (x_w, y_s, self.nd, self.ed), (x_e, y_s, self.nd, self.wd)]
+            self.corners = [(*_grid_corner(ctx, xi, yi, h, w), ctx.binary("multiply", a, b))
+                            for xi, yi, a, b in corners]
+        else:
+            xr = ctx.unary("round_nearest_even", self.x)
+            yr = ctx.unary("round_nearest_even", self.y)
+            self.corners = [(*_grid_corner(ctx, xr, yr, h, w), None)]
+
+    def wide(self, v):
+        """[N, L] -> [N, C, L]."""
+        return self.ctx.broadcast_in_dim(v, (self.n, self.c, self.L), (0, 2))
+
+    def values(self):
+        """Input values at each corner ([N, C, L], zero outside)."""
+        ctx = self.ctx
+        out = []
+        for idx, valid, _ in self.corners:
+            v = ctx.op("gather", self.inp, self.wide(idx), ints=(2,))
+            out.append(ctx.select(self.wide(valid), v, ctx.const(0, self.op, v.shape)))
+        return out
+
+
+def _check_grid(input, grid):
+    _float_inputs("grid_sampler_2d", input, grid)
+    if input.dim() != 4 or grid.dim() != 4 or grid.shape[-1] != 2 or input.numel() == 0 \
+            or grid.numel() == 0 or input.dtype != grid.dtype:
+        raise NotLowerable("malformed or empty grid_sampler_2d")
+
+
+@lowering("aten::grid_sampler_2d", "aten::grid_sampler_2d.out")
+def grid_sampler_2d(ctx, input, grid, interpolation_mode, padding_mode, align_corners, *,
+                    out=None):
+    m = ctx.meta()
+    _check_grid(input, grid)
+    gs = _Grid(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
+    vals = gs.values()
+    if gs.bilinear:
+        r = None
+        for v, (_, _, wt) in zip(vals, gs.corners):
+            t = ctx.binary("multiply", v, gs.wide(wt))
+            r = t if r is None else ctx.binary("add", r, t)
+    else:
+        r = vals[0]
+    r = ctx.reshape(r, (gs.n, gs.c, gs.ho, gs.wo))
+    _emit(ctx, r, m, {"out": out})
+
+
+@lowering("aten::grid_sampler_2d_backward")
+def grid_sampler_2d_backward(ctx, grad_output, input, grid, interpolation_mode, padding_mode,
+                             align_corners, output_mask):
+    m = ctx.meta()
+    _check_grid(input, grid)
+    if grad_output.dtype != input.dtype:
+        raise NotLowerable("mixed dtypes")
+    gs = _Grid(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
+    op = gs.op
+    go = ctx.reshape(ctx.convert(ctx.input(grad_output, "grad_output"), op),
+                     (gs.n, gs.c, gs.L))
+    if output_mask[0]:
+        gi = ctx.const(0, op, (gs.n, gs.c, gs.h * gs.w))
+        for idx, valid, wt in gs.corners:
+            upd = go if wt is None else ctx.binary("multiply", gs.wide(wt), go)
+            upd = ctx.select(gs.wide(valid), upd, ctx.const(0, op, upd.shape))
+            gi = ctx.op("scatter", gi, gs.wide(idx), upd, kind=_SCATTER_ADD, ints=(2,))
+        ctx.output(ctx.reshape(gi, tuple(input.shape)), like=m[0])
+    else:
+        ctx.result_none()
+    if output_mask[1]:
+        if gs.bilinear:
+            nw, ne, sw, se = gs.values()
+
+            def sub(a, b):
+                return ctx.binary("subtract", a, b)
+
+            def mul(a, b):
+                return ctx.binary("multiply", a, b)
+
+            gx = mul(ctx.binary("add", mul(sub(ne, nw), gs.wide(gs.sd)),
+                                mul(sub(se, sw), gs.wide(gs.nd))), go)
+            gy = mul(ctx.binary("add", mul(sub(sw, nw), gs.wide(gs.ed)),
+                                mul(sub(se, ne), gs.wide(gs.wd))), go)
+            gx = mul(ctx.reduce("sum", gx, [1]), gs.gx_mult)
+            gy = mul(ctx.reduce("sum", gy, [1]), gs.gy_mult)
+            shape = (gs.n, gs.ho, gs.wo, 1)
+            gg = ctx.op("concatenate", ctx.reshape(gx, shape), ctx.reshape(gy, shape), ints=(3,))
+        else:
+            gg = ctx.const(0, op, tuple(grid.shape))
+        ctx.output(gg, like=m[1])
+    else:
+        ctx.result_none()

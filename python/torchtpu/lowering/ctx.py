@@ -15,7 +15,8 @@ from .._env import DTYPE_CODE, TORCH_DTYPES
 OPMATH = {torch.bfloat16: torch.float32, torch.float16: torch.float32}
 
 CMP = {"eq": 0, "ne": 1, "lt": 2, "le": 3, "gt": 4, "ge": 5}
-REDUCE = {"sum": 0, "prod": 1, "max": 2, "min": 3, "and": 4, "or": 5}
+REDUCE = {"sum": 0, "prod": 1, "max": 2, "min": 3, "and": 4, "or": 5, "argmax": 6,
+          "argmin": 7}
 RNG = {"uniform": 0, "normal": 1, "bits": 2}
 
 
@@ -271,8 +272,49 @@ class LowerCtx:
             try:
                 self._meta = self.overload(*args, **kwargs)
             except (RuntimeError, ValueError, IndexError, TypeError) as e:
+                retry = self._numbers_as_tensors(args, kwargs)
+                if retry is not None:
+                    try:
+                        self._meta = self.overload(*retry[0], **retry[1])
+                        return self._meta
+                    except (RuntimeError, ValueError, IndexError, TypeError):
+                        pass
                 self._raise_like_cpu(e)
         return self._meta
+
+    def _numbers_as_tensors(self, args, kwargs):
+        """PyTorch hands wrapped numbers (x + 2.5) to kernels as Python
+        numbers, which meta kernels reject for Tensor arguments. A 0-dim
+        tensor of dtype bool / int64 / the default float promotes exactly like
+        the wrapped number it stands for."""
+        schema = self.overload._schema
+        tensor_args = {a.name for a in schema.arguments
+                       if isinstance(a.type, torch.TensorType)}
+        pos = [a.name for a in schema.arguments if not a.kwarg_only]
+
+        def wrap(v):
+            if isinstance(v, bool):
+                return torch.tensor(v, dtype=torch.bool, device="meta")
+            if isinstance(v, int):
+                return torch.tensor(v, dtype=torch.int64, device="meta")
+            if isinstance(v, float):
+                return torch.tensor(v, dtype=torch.get_default_dtype(), device="meta")
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dim() == 0:
+                return torch.empty((), dtype=v.dtype, device="meta")
+            return v
+
+        changed = False
+        new_args = list(args)
+        for i, v in enumerate(args):
+            if i < len(pos) and pos[i] in tensor_args and wrap(v) is not v:
+                new_args[i] = wrap(v)
+                changed = True
+        new_kwargs = dict(kwargs)
+        for k, v in kwargs.items():
+            if k in tensor_args and wrap(v) is not v:
+                new_kwargs[k] = wrap(v)
+                changed = True
+        return (new_args, new_kwargs) if changed else None
 
     def _raise_like_cpu(self, meta_error):
         """Meta kernels word some errors differently from the CPU kernels

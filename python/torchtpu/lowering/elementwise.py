@@ -60,13 +60,20 @@ def elementwise(ctx, fn, inputs, names, kind=K.DEFAULT, into=None):
     return r
 
 
+def _bool_aware(ctx, ir, a, b):
+    """Arithmetic on bools, as PyTorch computes it: + is or, * is and."""
+    if a.dtype == torch.bool:
+        ir = {"add": "or", "multiply": "and"}.get(ir, ir)
+    return ctx.binary(ir, a, b)
+
+
 def _binary_rule(name, ir, kind=K.DEFAULT, alpha=False):
     """add/sub-style ops in all their aten overloads."""
 
     def compute(ctx, a, b, alpha_v=None):
         if alpha_v is not None:
-            b = ctx.binary("multiply", b, alpha_v)
-        return ctx.binary(ir, a, b)
+            b = _bool_aware(ctx, "multiply", b, alpha_v)
+        return _bool_aware(ctx, ir, a, b)
 
     def make(overload, inplace=False, out=False, scalar_other=False):
         def rule(ctx, self, other, *, alpha=None, out_t=None, **kw):
@@ -100,7 +107,7 @@ def _mul_div(name, ir, kind):
     def make(overload, inplace=False, scalar_other=False):
         def rule(ctx, self, other, **kw):
             target = self if inplace else kw.get("out")
-            elementwise(ctx, lambda c, a, b: c.binary(ir, a, b), [self, other],
+            elementwise(ctx, lambda c, a, b: _bool_aware(c, ir, a, b), [self, other],
                         ["self", "other"], kind, into=target)
 
         lowering(overload, runtime=("other",))(rule)

@@ -117,25 +117,26 @@ def _add(sign):
 
 
 _BINARY = {
-    # name: (IR computation, promotion kind, overloads, takes alpha)
-    "add": (_add(1), K.DEFAULT, ("List", "Scalar", "ScalarList", "Tensor"), True),
-    "sub": (_add(-1), K.DEFAULT, ("List", "Scalar", "ScalarList"), True),
+    # name: (IR computation (alpha, when given, scales the other operand),
+    #        promotion kind, overloads)
+    "add": (_add(1), K.DEFAULT, ("List", "Scalar", "ScalarList", "Tensor")),
+    "sub": (_add(-1), K.DEFAULT, ("List", "Scalar", "ScalarList")),
     "mul": (lambda c, a, b: c.binary("multiply", a, b), K.DEFAULT,
-            ("List", "Scalar", "ScalarList", "Tensor"), False),
+            ("List", "Scalar", "ScalarList", "Tensor")),
     "div": (lambda c, a, b: c.binary("divide", a, b), K.INT_TO_FLOAT,
-            ("List", "Scalar", "ScalarList", "Tensor"), False),
+            ("List", "Scalar", "ScalarList", "Tensor")),
     "maximum": (lambda c, a, b: c.binary("maximum", a, b), K.DEFAULT,
-                ("List", "Scalar", "ScalarList"), False),
+                ("List", "Scalar", "ScalarList")),
     "minimum": (lambda c, a, b: c.binary("minimum", a, b), K.DEFAULT,
-                ("List", "Scalar", "ScalarList"), False),
+                ("List", "Scalar", "ScalarList")),
     "clamp_min": (lambda c, a, b: c.binary("maximum", a, b), K.DEFAULT,
-                  ("List", "Scalar", "ScalarList"), False),
+                  ("List", "Scalar", "ScalarList")),
     "clamp_max": (lambda c, a, b: c.binary("minimum", a, b), K.DEFAULT,
-                  ("List", "Scalar", "ScalarList"), False),
+                  ("List", "Scalar", "ScalarList")),
 }
 
 
-def _binary_family(name, fn, kind, overloads, has_alpha):
+def _binary_family(name, fn, kind, overloads):
     for ov in overloads:
         other_name = {"List": "other", "Scalar": "scalar", "ScalarList": "scalars",
                       "Tensor": "other"}[ov]
@@ -266,6 +267,13 @@ def _trunc(c, a):
                     c.unary("ceil", a), c.unary("floor", a))
 
 
+def _sign(c, a):
+    """(0 < a) - (a < 0), as PyTorch computes sign: 0 for NaN and -0."""
+    z = c.const(0, a.dtype, a.shape)
+    return c.binary("subtract", c.convert(c.compare("gt", a, z), a.dtype),
+                    c.convert(c.compare("lt", a, z), a.dtype))
+
+
 def _un(ir):
     return lambda c, a: c.unary(ir, a)
 
@@ -296,7 +304,7 @@ _UNARY = {
                    K.INT_TO_FLOAT, False),
     "neg": (_un("negate"), K.DEFAULT, False),
     "abs": (_un("abs"), K.DEFAULT, False),
-    "sign": (_un("sign"), K.DEFAULT, False),
+    "sign": (_sign, K.DEFAULT, False),
     "ceil": (_un("ceil"), K.DEFAULT, True),
     "floor": (_un("floor"), K.DEFAULT, True),
     "round": (_un("round_nearest_even"), K.DEFAULT, True),
@@ -311,13 +319,12 @@ def _unary_family(name, fn, kind, int_identity):
         ints = [not t.dtype.is_floating_point for t in self]
         if any(ints) and (name == "frac" or any(t.dtype == torch.bool for t in self)):
             _unsupported(ctx, f"_foreach_{name} of a non-float tensor")
-        if int_identity and any(ints):
-            if not all(ints):
-                _unsupported(ctx, "mixed float and integer tensors")
-            fn_ = lambda c, a: a  # noqa: E731  (rounding integers is the identity)
-        else:
-            fn_ = fn
-        _foreach(ctx, fn_, [self], ["self"], _is_inplace(ctx), kind)
+        _foreach(ctx, f, [self], ["self"], _is_inplace(ctx), kind)
+
+    def f(c, a):
+        if int_identity and not a.dtype.is_floating_point:
+            return a            # rounding an integer is the identity
+        return fn(c, a)
 
     lowering(f"aten::_foreach_{name}", f"aten::_foreach_{name}_")(rule)
 
@@ -483,7 +490,6 @@ def fused_adam_(ctx, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_
     c2 = ctx.binary("subtract", one64, b2)
     decay = ctx.binary("subtract", one64, ctx.binary("multiply", lr64, wd64))
     wd_on = ctx.compare("ne", wd64, ctx.const(0.0, f64))
-    small = ctx.compare("lt", ctx.unary("abs", ctx.convert(c1, op)), ctx.const(0.5, op))
     scale = (ctx.convert(ctx.input(grad_scale, "grad_scale"), torch.float32)
              if grad_scale is not None else None)
     for i in range(n):
@@ -509,12 +515,8 @@ def fused_adam_(ctx, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_
             p = ctx.select(wd_mask, ctx.binary("multiply", p, o(decay)), p)
         else:
             g = ctx.select(wd_mask, ctx.binary("add", g, ctx.binary("multiply", p, o(wd64))), g)
-        m = ctx.convert(ctx.input(exp_avgs[i], "exp_avgs", i), op)
-        w = o(c1)
-        d = ctx.binary("subtract", g, m)
-        m = ctx.select(ctx.broadcast(small, shape), ctx.binary("add", m, ctx.binary("multiply", w, d)),
-                       ctx.binary("subtract", g, ctx.binary(
-                           "multiply", d, ctx.binary("subtract", ctx.const(1, op, shape), w))))
+        # exp_avg.lerp_(grad, 1 - beta1)
+        m = _lerp(ctx, ctx.convert(ctx.input(exp_avgs[i], "exp_avgs", i), op), g, o(c1))
         v = ctx.convert(ctx.input(exp_avg_sqs[i], "exp_avg_sqs", i), op)
         v = ctx.binary("add", ctx.binary("multiply", v, o(b2)),
                        ctx.binary("multiply", ctx.binary("multiply", o(c2), g), g))

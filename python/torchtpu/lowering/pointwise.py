@@ -1,12 +1,16 @@
 """Lowering rules: pointwise math, comparisons, logic, activations and their
 backwards.
 
-Every rule goes through ``elementwise.elementwise`` (PyTorch type promotion,
-float32 opmath for reduced-precision floats, one rounding at the end).
-Formulas follow PyTorch's CPU kernels, including their NaN, infinity and
-signed-zero behaviour. Scalars that vary from call to call (clamp bounds,
-slopes, the pow exponent, ...) are runtime operands: the program computes
-every case with selects instead of branching on their values.
+Rules go through ``elementwise.elementwise`` (PyTorch type promotion, float32
+opmath for reduced-precision floats, one rounding at the end), except the
+logical ops and masked_fill, which have no computation dtype. Formulas
+follow PyTorch's CPU kernels -- where its scalar and vectorized paths differ
+(NaN in the backward of hardtanh, elu, logit; lerp's fused multiply-add),
+the vectorized one, which handles all but the tails -- including NaN,
+infinity and signed-zero behaviour. Scalars that vary from call to call
+(clamp bounds, slopes, the pow exponent, ...) are runtime operands: the
+program computes every case with selects instead of branching on their
+values. Subnormals are flushed by the vTPU (docs/design/precision.md).
 """
 import math
 
@@ -41,49 +45,67 @@ def _check_supported(kernel, dtype, allow):
         raise NotImplementedError(f'"{kernel}" not implemented for \'{_CPU_NAME[dtype]}\'')
 
 
-def _wrap(x):
-    """The meta stand-in of a Tensor argument given as a Python number (a
-    wrapped number) or a 0-dim CPU tensor: a 0-dim meta tensor that promotes
-    like it (meta kernels want meta tensors there)."""
+def _wrap(x, device):
+    """A 0-dim tensor on device standing in for a Tensor argument given as a
+    Python number (a wrapped number) or a 0-dim CPU tensor, promoting like
+    it."""
     if isinstance(x, bool):
-        return torch.empty((), dtype=torch.bool, device="meta")
+        return torch.empty((), dtype=torch.bool, device=device)
     if isinstance(x, int):
-        return torch.empty((), dtype=torch.int64, device="meta")
+        return torch.empty((), dtype=torch.int64, device=device)
     if isinstance(x, float):
-        return torch.empty((), dtype=torch.get_default_dtype(), device="meta")
-    if is_tensor(x) and x.device.type == "cpu" and x.dim() == 0:
-        return torch.empty((), dtype=x.dtype, device="meta")
+        return torch.empty((), dtype=torch.get_default_dtype(), device=device)
+    if device == "meta" and is_tensor(x) and x.device.type == "cpu" and x.dim() == 0:
+        return torch.empty((), dtype=x.dtype, device=device)
     return x
 
 
 def _meta(ctx):
     """ctx.meta(), also when PyTorch handed over a wrapped number as a plain
-    Python number for a Tensor argument (where(c, x, 0.0), x % 2)."""
+    Python number for a Tensor argument (where(c, x, 0.0), x % 2), which the
+    meta kernels do not take, or a 0-dim CPU tensor where a meta kernel
+    wants a meta one (masked_fill's value)."""
     schema = ctx.overload._schema
     tensor_args = {a.name for a in schema.arguments if "Tensor" in str(a.type)}
     pos = [a.name for a in schema.arguments if not a.kwarg_only]
-    args = [_wrap(v) if i < len(pos) and pos[i] in tensor_args else v
-            for i, v in enumerate(ctx.args)]
-    kwargs = {k: _wrap(v) if k in tensor_args else v for k, v in ctx.kwargs.items()}
     saved = ctx.args, ctx.kwargs
-    ctx.args, ctx.kwargs = args, kwargs
+
+    def swapped(device):
+        ctx.args = [_wrap(v, device) if i < len(pos) and pos[i] in tensor_args else v
+                    for i, v in enumerate(saved[0])]
+        ctx.kwargs = {k: _wrap(v, device) if k in tensor_args else v
+                      for k, v in saved[1].items()}
+        try:
+            return ctx.meta()   # cached: elementwise() gets the same result
+        finally:
+            ctx.args, ctx.kwargs = saved
+
     try:
-        return ctx.meta()   # cached: elementwise() gets the same result
-    finally:
-        ctx.args, ctx.kwargs = saved
+        return swapped("meta")
+    except Exception:
+        return swapped("cpu")   # errors worded by the CPU kernel
 
 
-def _start(ctx, inputs, out):
+def _start(ctx, inputs, out, kind=K.DEFAULT):
     """Checks shared by every rule; returns the tensor to write (self for
-    in-place ops, out for out= variants) or None."""
+    in-place ops, out for out= variants) or None. kind: the type promotion
+    (None: the result has the dtype of inputs[0])."""
     _check_dtypes(*inputs)
     if any((is_tensor(x) and x.dtype.is_complex) or isinstance(x, complex) for x in inputs):
         raise NotLowerable("complex dtype")
     m = _meta(ctx)
-    into = inputs[0] if _inplace(ctx) else out
-    if out is not None and into is out and tuple(out.shape) != tuple(m.shape):
-        raise NotLowerable("out= tensor needs resizing")
-    return into
+    if _inplace(ctx):
+        return inputs[0]
+    if out is not None:
+        if tuple(out.shape) != tuple(m.shape):
+            raise NotLowerable("out= tensor needs resizing")
+        result = inputs[0].dtype if kind is None else \
+            elementwise_dtypes(*inputs, type_promotion_kind=kind)[1]
+        if out.dtype != result:
+            # some CPU kernels cast the result to out's dtype (rounding it to
+            # the op's dtype first), others reject it
+            raise NotLowerable(f"out= tensor of dtype {out.dtype}, result {result}")
+    return out
 
 
 def _pw(ctx, fn, inputs, names, kind=K.DEFAULT, out=None, allow=None, kernel=None):
@@ -91,16 +113,11 @@ def _pw(ctx, fn, inputs, names, kind=K.DEFAULT, out=None, allow=None, kernel=Non
     self, out= variants into out; allow/kernel reproduce the CPU kernel's
     unsupported-dtype error (allow: categories 'bool', 'int', 'float' of the
     dtype the kernel dispatches on)."""
-    into = _start(ctx, inputs, out)     # shape errors come first
+    into = _start(ctx, inputs, out, kind)     # shape errors come first
     if allow is not None:
         _, common = elementwise_dtypes(*inputs, type_promotion_kind=K.DEFAULT)
         _check_supported(kernel, common, allow)
     return elementwise(ctx, fn, inputs, names, kind, into=into)
-
-
-def _rule(*names, runtime=()):
-    """Registers one rule for several aten overloads."""
-    return lowering(*names, runtime=runtime)
 
 
 def _variants(name, *suffixes):
@@ -188,7 +205,7 @@ def _unary_rule(name, fn, kind=K.INT_TO_FLOAT, allow=None, kernel=None, suffixes
     def rule(ctx, self, *, out=None):
         _pw(ctx, fn, [self], ["self"], kind, out=out, allow=allow, kernel=kernel)
 
-    _rule(*_variants(name, *suffixes))(rule)
+    lowering(*_variants(name, *suffixes))(rule)
 
 
 _FLOAT_UNARY = {
@@ -244,6 +261,49 @@ def _erfc(c, a):
 _unary_rule("erfc", _erfc)
 
 
+def _trigamma(c, x):
+    """PyTorch's trigamma (reflection below 0.5, six recurrence steps, then
+    the asymptotic series) with its precisions: float arithmetic for float
+    inputs except the series, which C++ promotes to double."""
+    wide = torch.float64
+    one = _c(c, 1, x)
+    small = c.compare("lt", x, _c(c, 0.5, x))
+    pi = _c(c, math.pi, x)
+    s = c.unary("sine", _mul(c, pi, x))
+    result = c.select(small, c.unary("negate", _div(c, _mul(c, pi, pi), _mul(c, s, s))),
+                      _c(c, 0, x))
+    x = c.select(small, _sub(c, one, x), x)
+    for _ in range(6):
+        result = _add(c, result, _div(c, one, _mul(c, x, x)))
+        x = _add(c, x, one)
+    ixx = c.convert(_div(c, one, _mul(c, x, x)), wide)
+    head = c.convert(_add(c, one, _div(c, one, _mul(c, _c(c, 2, x), x))), wide)
+    tail = _sub(c, _c(c, 1 / 30, ixx), _mul(c, ixx, _c(c, 1 / 42, ixx)))
+    tail = _mul(c, ixx, _sub(c, _c(c, 1 / 6, ixx), _mul(c, ixx, tail)))
+    series = _div(c, _add(c, head, tail), c.convert(x, wide))
+    result = c.convert(_add(c, c.convert(result, wide), series), result.dtype)
+    return c.select(small, c.unary("negate", result), result)
+
+
+def _polygamma_fn(n):
+    if n == 0:
+        return lambda c, a: c.unary("digamma", a)
+    if n == 1:
+        return _trigamma
+    # n >= 2 needs the Hurwitz zeta function
+    raise NotLowerable(f"polygamma of order {n}")
+
+
+@lowering("aten::polygamma", "aten::polygamma.out")
+def polygamma(ctx, n, self, *, out=None):
+    _pw(ctx, _polygamma_fn(n), [self], ["self"], K.INT_TO_FLOAT, out=out)
+
+
+@lowering("aten::polygamma_")
+def polygamma_(ctx, self, n):
+    _pw(ctx, _polygamma_fn(n), [self], ["self"], K.INT_TO_FLOAT)
+
+
 def _abs(c, a):
     return c.unary("abs", a)
 
@@ -282,7 +342,7 @@ _unary_rule("bitwise_not", lambda c, a: c.unary("not", a), K.DEFAULT, ("bool", "
             "bitwise_not_cpu")
 
 
-@_rule("aten::round.decimals", "aten::round_.decimals", "aten::round.decimals_out")
+@lowering("aten::round.decimals", "aten::round_.decimals", "aten::round.decimals_out")
 def round_decimals(ctx, self, *, decimals=0, out=None):
     def f(c, a):
         if decimals == 0:
@@ -314,7 +374,7 @@ _class_rule("isneginf", lambda c, a: c.compare("eq", a, _c(c, -math.inf, a)), Fa
 _class_rule("isfinite", lambda c, a: c.unary("is_finite", a), True, suffixes=("",))
 
 
-@_rule("aten::signbit", "aten::signbit.out")
+@lowering("aten::signbit", "aten::signbit.out")
 def signbit(ctx, self, *, out=None):
     if self.dtype.is_floating_point:
         # x < 0 or x is -0.0 is expressible, but the sign bit of a NaN is
@@ -335,14 +395,14 @@ def _nonzero(c, a):
     return c.compare("ne", a, _c(c, 0, a))
 
 
-@_rule("aten::logical_not", "aten::logical_not_", "aten::logical_not.out")
+@lowering("aten::logical_not", "aten::logical_not_", "aten::logical_not.out")
 def logical_not(ctx, self, *, out=None):
     _pw(ctx, lambda c, a: c.unary("not", _nonzero(c, a)), [self], ["self"], K.ALWAYS_BOOL,
         out=out)
 
 
-@_rule("aten::nan_to_num", "aten::nan_to_num_", "aten::nan_to_num.out",
-       runtime=("nan", "posinf", "neginf"))
+@lowering("aten::nan_to_num", "aten::nan_to_num_", "aten::nan_to_num.out",
+          runtime=("nan", "posinf", "neginf"))
 def nan_to_num(ctx, self, nan=None, posinf=None, neginf=None, *, out=None):
     def f(c, a):
         if not a.dtype.is_floating_point:
@@ -376,7 +436,7 @@ def _binary_rule(name, fn, kind=K.DEFAULT, allow=None, kernel=None, suffixes=_TE
         _pw(ctx, fn, [self, other], ["self", "other"], kind, out=out, allow=allow,
             kernel=kernel)
 
-    _rule(*ovs, runtime=("other",))(rule)
+    lowering(*ovs, runtime=("other",))(rule)
 
 
 def _fmax(ir):
@@ -440,8 +500,8 @@ for _name, _ir in (("bitwise_and", "and"), ("bitwise_or", "or"), ("bitwise_xor",
     _binary_rule(_name, _bitwise(_ir), allow=("bool", "int"), kernel=f"{_name}_cpu")
 
 
-@_rule("aten::remainder.Scalar_Tensor", "aten::remainder.Scalar_Tensor_out",
-       runtime=("self",))
+@lowering("aten::remainder.Scalar_Tensor", "aten::remainder.Scalar_Tensor_out",
+          runtime=("self",))
 def remainder_scalar_tensor(ctx, self, other, *, out=None):
     _pw(ctx, _remainder, [self, other], ["self", "other"], K.DEFAULT, out=out,
         allow=("int", "float"), kernel="remainder_cpu")
@@ -452,13 +512,13 @@ for _name, _ir in (("bitwise_and", "and"), ("bitwise_or", "or"), ("bitwise_xor",
         _pw(ctx, _bitwise(_ir), [self, other], ["self", "other"], K.DEFAULT, out=out,
             allow=("bool", "int"), kernel=f"{_name}_cpu")
 
-    _rule(f"aten::{_name}.Scalar_Tensor", f"aten::{_name}.Scalar_Tensor_out",
+    lowering(f"aten::{_name}.Scalar_Tensor", f"aten::{_name}.Scalar_Tensor_out",
           runtime=("self",))(_bitwise_scalar_tensor)
 
 
-@_rule("aten::xlogy.Tensor", "aten::xlogy_.Tensor", "aten::xlogy.OutTensor",
-       "aten::xlogy.Scalar_Other", "aten::xlogy_.Scalar_Other", "aten::xlogy.OutScalar_Other",
-       "aten::xlogy.Scalar_Self", "aten::xlogy.OutScalar_Self", runtime=("self", "other"))
+@lowering("aten::xlogy.Tensor", "aten::xlogy_.Tensor", "aten::xlogy.OutTensor",
+          "aten::xlogy.Scalar_Other", "aten::xlogy_.Scalar_Other", "aten::xlogy.OutScalar_Other",
+          "aten::xlogy.Scalar_Self", "aten::xlogy.OutScalar_Self", runtime=("self", "other"))
 def xlogy(ctx, self, other, *, out=None):
     _pw(ctx, _xlogy, [self, other], ["self", "other"], K.INT_TO_FLOAT, out=out)
 
@@ -467,8 +527,8 @@ def _float_sign_source(x):
     return (is_tensor(x) and x.dtype.is_floating_point) or isinstance(x, float)
 
 
-@_rule(*_variants("copysign", "Tensor", "_.Tensor", "out", "Scalar", "_.Scalar", "Scalar_out"),
-       runtime=("other",))
+@lowering(*_variants("copysign", "Tensor", "_.Tensor", "out", "Scalar", "_.Scalar", "Scalar_out"),
+          runtime=("other",))
 def copysign(ctx, self, other, *, out=None):
     if _float_sign_source(other):
         # the sign of a NaN divisor is not observable without a bitcast
@@ -492,7 +552,7 @@ def _logical_rule(name, ir):
     """Logical ops test each operand against zero in its own dtype (there is
     no common computation dtype)."""
     def rule(ctx, self, other, *, out=None):
-        into = _start(ctx, [self, other], out)
+        into = _start(ctx, [self, other], out, K.ALWAYS_BOOL)
         m = _meta(ctx)
         shape = tuple(m.shape)
         a = ctx.broadcast(_nonzero(ctx, ctx.operand(self, _natural(self), None, "self")), shape)
@@ -503,7 +563,7 @@ def _logical_rule(name, ir):
         else:
             ctx.output(r, like=m)
 
-    _rule(*_variants(name, "", "_", "out"))(rule)
+    lowering(*_variants(name, "", "_", "out"))(rule)
 
 
 def _natural(x):
@@ -539,12 +599,12 @@ def _pow_scalar_exponent(c, x, e):
     return r
 
 
-@_rule("aten::pow.Tensor_Scalar", "aten::pow_.Scalar", "aten::pow.Tensor_Scalar_out",
-       runtime=("exponent",))
+@lowering("aten::pow.Tensor_Scalar", "aten::pow_.Scalar", "aten::pow.Tensor_Scalar_out",
+          runtime=("exponent",))
 def pow_tensor_scalar(ctx, self, exponent, *, out=None):
     if isinstance(exponent, complex):
         raise NotLowerable("complex exponent")
-    result = _meta(ctx).dtype
+    _, result = elementwise_dtypes(self, exponent, type_promotion_kind=K.BOOL_TO_LONG)
 
     def f(c, x, e):
         if result in (torch.bfloat16, torch.float16):
@@ -565,12 +625,12 @@ def _pow_tensor(ctx, self, exponent, out):
         K.BOOL_TO_LONG, out=out)
 
 
-@_rule("aten::pow.Tensor_Tensor", "aten::pow_.Tensor", "aten::pow.Tensor_Tensor_out")
+@lowering("aten::pow.Tensor_Tensor", "aten::pow_.Tensor", "aten::pow.Tensor_Tensor_out")
 def pow_tensor_tensor(ctx, self, exponent, *, out=None):
     _pow_tensor(ctx, self, exponent, out)
 
 
-@_rule("aten::pow.Scalar", "aten::pow.Scalar_out", runtime=("self",))
+@lowering("aten::pow.Scalar", "aten::pow.Scalar_out", runtime=("self",))
 def pow_scalar(ctx, self, exponent, *, out=None):
     if isinstance(self, complex):
         raise NotLowerable("complex base")
@@ -615,25 +675,26 @@ def _clamp(ctx, self, min, max, out, allow=None, kernel=None):
         allow=allow, kernel=kernel)
 
 
-@_rule("aten::clamp", "aten::clamp_", "aten::clamp.out", "aten::clamp.Tensor",
-       "aten::clamp_.Tensor", "aten::clamp.Tensor_out", runtime=("min", "max"))
+@lowering("aten::clamp", "aten::clamp_", "aten::clamp.out", "aten::clamp.Tensor",
+          "aten::clamp_.Tensor", "aten::clamp.Tensor_out", runtime=("min", "max"))
 def clamp(ctx, self, min=None, max=None, *, out=None):
     _clamp(ctx, self, min, max, out)
 
 
-@_rule("aten::clamp_min", "aten::clamp_min_", "aten::clamp_min.out", "aten::clamp_min.Tensor",
-       "aten::clamp_min_.Tensor", "aten::clamp_min.Tensor_out", runtime=("min",))
+@lowering("aten::clamp_min", "aten::clamp_min_", "aten::clamp_min.out", "aten::clamp_min.Tensor",
+          "aten::clamp_min_.Tensor", "aten::clamp_min.Tensor_out", runtime=("min",))
 def clamp_min(ctx, self, min, *, out=None):
     _clamp(ctx, self, min, None, out)
 
 
-@_rule("aten::clamp_max", "aten::clamp_max_", "aten::clamp_max.out", "aten::clamp_max.Tensor",
-       "aten::clamp_max_.Tensor", "aten::clamp_max.Tensor_out", runtime=("max",))
+@lowering("aten::clamp_max", "aten::clamp_max_", "aten::clamp_max.out", "aten::clamp_max.Tensor",
+          "aten::clamp_max_.Tensor", "aten::clamp_max.Tensor_out", runtime=("max",))
 def clamp_max(ctx, self, max, *, out=None):
     _clamp(ctx, self, None, max, out)
 
 
-@_rule("aten::hardtanh", "aten::hardtanh_", "aten::hardtanh.out", runtime=("min_val", "max_val"))
+@lowering("aten::hardtanh", "aten::hardtanh_", "aten::hardtanh.out",
+          runtime=("min_val", "max_val"))
 def hardtanh(ctx, self, min_val=-1, max_val=1, *, out=None):
     if self.dtype == torch.bool:
         raise RuntimeError("Bool inputs not supported for hardtanh")
@@ -650,8 +711,8 @@ def hardtanh(ctx, self, min_val=-1, max_val=1, *, out=None):
     _pw(ctx, f, [self], ["self"], K.DEFAULT, out=out)
 
 
-@_rule("aten::hardtanh_backward", "aten::hardtanh_backward.grad_input",
-       runtime=("min_val", "max_val"))
+@lowering("aten::hardtanh_backward", "aten::hardtanh_backward.grad_input",
+          runtime=("min_val", "max_val"))
 def hardtanh_backward(ctx, grad_output, self, min_val, max_val, *, grad_input=None):
     dtype = _meta(ctx).dtype
 
@@ -678,7 +739,7 @@ def _activation(names, kernel, fn_of_scalars, runtime=()):
             return fn_of_scalars(c, x, *args, **kw)
         _pw(ctx, f, [self], ["self"], K.DEFAULT, out=out, allow=_FLOAT, kernel=kernel)
 
-    _rule(*names, runtime=runtime)(rule)
+    lowering(*names, runtime=runtime)(rule)
 
 
 def _scalar(c, value, like, name):
@@ -710,7 +771,7 @@ def _gelu(c, x, approximate="none"):
                      _add(c, x, _mul(c, _c(c, _GELU_KAPPA, x), _mul(c, _mul(c, x, x), x))))
         return _mul(c, _mul(c, half, x), _add(c, one, c.unary("tanh", inner)))
     if approximate != "none":
-        raise RuntimeError(f"approximate argument must be either none or tanh.")
+        raise RuntimeError("approximate argument must be either none or tanh.")
     cdf = _add(c, one, c.unary("erf", _mul(c, x, _c(c, _SQRT1_2, x))))
     return _mul(c, _mul(c, x, half), cdf)
 
@@ -757,7 +818,7 @@ _activation(_variants("hardswish", "", "_", "out"), "hardswish_cpu", _hardswish)
 _activation(_variants("mish", "", "_", "out"), "mish_cpu", _mish)
 
 
-@_rule("aten::logit", "aten::logit_", "aten::logit.out", runtime=("eps",))
+@lowering("aten::logit", "aten::logit_", "aten::logit.out", runtime=("eps",))
 def logit(ctx, self, eps=None, *, out=None):
     dtype = _meta(ctx).dtype
 
@@ -789,7 +850,7 @@ def _backward(names, fn, second="self", runtime=(), allow=None, kernel=None, dty
         _pw(ctx, f, [grad_output, other], ["grad_output", second], K.DEFAULT,
             out=grad_input if grad_input is not None else out, allow=allow, kernel=kernel)
 
-    _rule(*names, runtime=runtime)(rule)
+    lowering(*names, runtime=runtime)(rule)
 
 
 def _sigmoid_backward(c, g, y):
@@ -837,8 +898,8 @@ def _mish_backward(c, g, x):
     return _mul(c, g, _add(c, t, _mul(c, _mul(c, x, s), _sub(c, one, _mul(c, t, t)))))
 
 
-@_rule("aten::elu_backward", "aten::elu_backward.grad_input",
-       runtime=("alpha", "scale", "input_scale"))
+@lowering("aten::elu_backward", "aten::elu_backward.grad_input",
+          runtime=("alpha", "scale", "input_scale"))
 def elu_backward(ctx, grad_output, alpha, scale, input_scale, is_result, self_or_result, *,
                  grad_input=None):
     def f(c, g, x):
@@ -921,7 +982,7 @@ _backward(_variants("logit_backward", "", "grad_input"), _logit_backward, runtim
 
 # ------------------------------------------------------ select and mix
 
-@_rule("aten::where.self", "aten::where.self_out")
+@lowering("aten::where.self", "aten::where.self_out")
 def where(ctx, condition, self, other, *, out=None):
     if condition.dtype != torch.bool:
         # uint8 is deprecated but accepted (with a warning) by the CPU kernel
@@ -934,11 +995,11 @@ def where(ctx, condition, self, other, *, out=None):
     _pw(ctx, f, [self, other], ["self", "other"], K.DEFAULT, out=out)
 
 
-@_rule("aten::masked_fill.Scalar", "aten::masked_fill_.Scalar", "aten::masked_fill.Scalar_out",
-       "aten::masked_fill.Tensor", "aten::masked_fill_.Tensor", "aten::masked_fill.Tensor_out",
-       runtime=("value",))
+@lowering("aten::masked_fill.Scalar", "aten::masked_fill_.Scalar", "aten::masked_fill.Scalar_out",
+          "aten::masked_fill.Tensor", "aten::masked_fill_.Tensor", "aten::masked_fill.Tensor_out",
+          runtime=("value",))
 def masked_fill(ctx, self, mask, value, *, out=None):
-    into = _start(ctx, [self, value], out)
+    into = _start(ctx, [self, value], out, None)
     m = _meta(ctx)
     shape = tuple(m.shape)
     x = ctx.broadcast(ctx.input(self, "self"), shape)
@@ -967,7 +1028,7 @@ def _lerp(c, a, b, w):
     return _add(c, _mul(c, coeff, diff), base)
 
 
-@_rule("aten::lerp.Scalar", "aten::lerp_.Scalar", "aten::lerp.Scalar_out", runtime=("weight",))
+@lowering("aten::lerp.Scalar", "aten::lerp_.Scalar", "aten::lerp.Scalar_out", runtime=("weight",))
 def lerp_scalar(ctx, self, end, weight, *, out=None):
     def f(c, a, b):
         return _lerp(c, a, b, _scalar(c, weight, a, "weight"))
@@ -976,13 +1037,13 @@ def lerp_scalar(ctx, self, end, weight, *, out=None):
         kernel="lerp_kernel_scalar")
 
 
-@_rule("aten::lerp.Tensor", "aten::lerp_.Tensor", "aten::lerp.Tensor_out")
+@lowering("aten::lerp.Tensor", "aten::lerp_.Tensor", "aten::lerp.Tensor_out")
 def lerp_tensor(ctx, self, end, weight, *, out=None):
     _pw(ctx, _lerp, [self, end, weight], ["self", "end", "weight"], K.DEFAULT, out=out,
         allow=_FLOAT, kernel="lerp_kernel_tensor")
 
 
-@_rule("aten::addcmul", "aten::addcmul_", "aten::addcmul.out", runtime=("value",))
+@lowering("aten::addcmul", "aten::addcmul_", "aten::addcmul.out", runtime=("value",))
 def addcmul(ctx, self, tensor1, tensor2, *, value=1, out=None):
     def f(c, s, t1, t2):
         v = _scalar(c, value, s, "value")
@@ -992,7 +1053,7 @@ def addcmul(ctx, self, tensor1, tensor2, *, value=1, out=None):
         allow=("int", "float"), kernel="addcmul_cpu_out")
 
 
-@_rule("aten::addcdiv", "aten::addcdiv_", "aten::addcdiv.out", runtime=("value",))
+@lowering("aten::addcdiv", "aten::addcdiv_", "aten::addcdiv.out", runtime=("value",))
 def addcdiv(ctx, self, tensor1, tensor2, *, value=1, out=None):
     if not tensor1.dtype.is_floating_point and not tensor2.dtype.is_floating_point:
         ctx.meta()
