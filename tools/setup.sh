@@ -25,7 +25,7 @@ fi
 
 # exactly 2.13.0: a looser requirement would pull a multi-GB CUDA build
 "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore "torch==2.13.0" numpy scipy-openblas32 \
-  pytest pytest-timeout "setuptools>=64" wheel transformers
+  pytest pytest-timeout expecttest "setuptools>=64" wheel transformers
 TORCHTPU_WERROR=1 "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
   --no-build-isolation --no-deps -e .
 "$PY" -c "import torchtpu, torch; print('torchtpu ready:', torch.tpu.get_device_name())"

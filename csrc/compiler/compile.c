@@ -210,6 +210,9 @@ static bool reshape_compatible(const tpu_shape_t* in, const int64_t* strides,
   /* A reshape reads its operand as a linear sequence: fine when the operand's
    * non-unit dims are laid out row-major with no gaps. */
   (void)out;
+  for (int32_t i = 0; i < in->rank; i++) {
+    if (in->dims[i] == 0) return true; /* nothing to read */
+  }
   int64_t expect = 1;
   for (int32_t i = in->rank - 1; i >= 0; i--) {
     if (in->dims[i] == 1) continue;

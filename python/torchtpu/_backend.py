@@ -72,10 +72,8 @@ def _same_storage(a, b):
 def copy_(self, src, non_blocking=False):
     if self.numel() == 0:
         return self
-    if src.is_conj():
-        src = src.resolve_conj()
-    if src.is_neg():
-        src = src.resolve_neg()
+    if src.is_conj() or src.is_neg():
+        return _copy_lazy_bits(self, src)
     if src._is_zerotensor():
         # an efficient zero tensor has no storage: materialize its zeros
         src = torch.zeros(src.shape, dtype=src.dtype, device=src.device)
@@ -85,6 +83,8 @@ def copy_(self, src, non_blocking=False):
             or self.shape != src.shape
         ):
             src = src.clone()
+        if self.is_complex() or src.is_complex():
+            return _copy_complex(self, src)
         return torch.ops.torchtpu.copy_(self, src)
     if self.device.type == "tpu":
         # host -> device; the source is read before this returns
@@ -101,6 +101,46 @@ def copy_(self, src, non_blocking=False):
         _C.copy_d2h(tmp, s)
         self.copy_(tmp)
     return self
+
+
+def _copy_lazy_bits(self, src):
+    """copy_ from a lazy conjugate/negative view: the data it views is
+    copied, then the bit applied to the destination (resolve_conj would
+    copy_ back into here)."""
+    conj, neg = src.is_conj(), src.is_neg()
+    plain = src.conj() if conj else src
+    plain = torch._neg_view(plain) if neg else plain
+    if src.device.type == "cpu":
+        return copy_(self, src.resolve_conj().resolve_neg())
+    if self.device.type == "cpu":
+        host = torch.empty(plain.shape, dtype=plain.dtype)
+        copy_(host, plain)
+        host = host.conj() if conj else host
+        host = torch._neg_view(host) if neg else host
+        return self.copy_(host)
+    copy_(self, plain)
+    planes = torch.view_as_real(self) if self.is_complex() else None
+    if conj and planes is not None:
+        planes[..., 1].neg_()
+    if neg:
+        (planes if planes is not None else self).neg_()
+    return self
+
+
+def _copy_complex(self, src):
+    """tpu -> tpu copies to or from complex dtypes, done on the float planes
+    (torch.view_as_real): complex is not native on TPU, its parts are."""
+    if self.is_complex():
+        dst = torch.view_as_real(self)
+        if src.is_complex():
+            dst.copy_(torch.view_as_real(src))
+        else:
+            dst[..., 0].copy_(src)
+            dst[..., 1].zero_()
+        return self
+    warnings.warn("Casting complex values to real discards the imaginary part", UserWarning,
+                  stacklevel=3)
+    return self.copy_(torch.view_as_real(src)[..., 0])
 
 
 def _copy_from(self, dst, non_blocking=False):
@@ -129,7 +169,9 @@ def _to_copy(self, dtype=None, layout=None, device=None, pin_memory=None,
 
 
 def _local_scalar_dense(self):
-    host = torch.empty((), dtype=self.dtype)
+    if self.numel() != 1:
+        raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
+    host = torch.empty(self.shape, dtype=self.dtype)
     _C.copy_d2h(host, self)
     return host.item()
 
@@ -210,7 +252,10 @@ def register():
         from . import lowering  # noqa: F401  (registers the lowering rules)
     from . import _autocast, _compat, _fallback, _modules, _printing, _serialization
 
+    from .lowering import complex as _complex_rules
+
     _fallback.register()
+    _fallback.use_complex_rules(_complex_rules)
     _autocast.register()
     _printing.install()
     _serialization.install()

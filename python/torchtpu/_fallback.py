@@ -45,7 +45,8 @@ def _is_tpu(x):
     return isinstance(x, torch.Tensor) and x.device.type == "tpu"
 
 
-def _note(name, reason):
+def note(name, reason):
+    """Counts one CPU fallback of name (warning once)."""
     with _lock:
         first = name not in _counts
         _counts[name] = _counts.get(name, 0) + 1
@@ -68,13 +69,20 @@ def _device_kw(kwargs):
 
 def run_fallback(op, args, kwargs, reason=""):
     name = op.name()
+    if _complex_rules is not None:
+        rule = _complex_rules.rule_for(name)
+        if rule is not None and _complex_rules.handles(args, kwargs):
+            out = rule(*args, **kwargs)
+            if out is not None:
+                _complex_rules.note(name)
+                return out
     if not _enabled[0]:
         raise NotImplementedError(
             f"Could not run '{name}' on the tpu device: it has no tpu implementation "
             "and the CPU fallback is disabled (torchtpu.execution_mode."
             "cpu_fallback_mode(False)). Enable the fallback, or avoid this op."
         )
-    _note(name, reason)
+    note(name, reason)
     schema = op._schema
     # positions of mutated arguments
     mutated = {}
@@ -99,7 +107,10 @@ def run_fallback(op, args, kwargs, reason=""):
     factory = _device_kw(kwargs)
     if factory:
         cpu_kwargs["device"] = torch.device("cpu")
-    out = op(*cpu_args, **cpu_kwargs)
+    # torchtpu's own copy_ (dtype conversions it cannot lower, e.g. to
+    # complex) runs as aten's copy_ on the host copies
+    cpu_op = torch.ops.aten.copy_.default if name == "torchtpu::copy_" else op
+    out = cpu_op(*cpu_args, **cpu_kwargs)
     # write mutated inputs (and mutated tensor lists) back
     for key, orig in mutated.items():
         new = cpu_args[key] if isinstance(key, int) else cpu_kwargs[key]
@@ -134,6 +145,14 @@ def _boxed(op, *args, **kwargs):
 
 
 _LIB = None
+_complex_rules = None   # lowering.complex, set at registration
+
+
+def use_complex_rules(module):
+    """Complex ops computed on float planes on the device, tried before the
+    CPU fallback."""
+    global _complex_rules
+    _complex_rules = module
 
 
 def register():

@@ -37,6 +37,14 @@ def fallback_counts() -> dict:
     return _fallback.counts()
 
 
+def not_native_counts() -> dict:
+    """Per-op counts of complex ops computed on the device on float planes
+    (a TPU has no complex units; XLA does the same)."""
+    from .lowering import complex as _complex
+
+    return _complex.counts()
+
+
 def op_counts() -> dict:
     """Per-op call counts of ops with a tpu lowering."""
     out = {}
@@ -58,8 +66,11 @@ def compile_counts() -> dict:
 
 
 def reset() -> None:
+    from .lowering import complex as _complex
+
     _C.reset_stats()
     _fallback.reset()
+    _complex.reset()
     _sync_causes.clear()
 
 
@@ -88,6 +99,11 @@ def report() -> str:
     if sp:
         lines.append("  host synchronizations by cause:")
         for name, n in sorted(sp.items(), key=lambda kv: -kv[1]):
+            lines.append(f"    {name:45s} {n:8d}")
+    nn = not_native_counts()
+    if nn:
+        lines.append("  not native on TPU: complex ops on float planes (calls):")
+        for name, n in sorted(nn.items(), key=lambda kv: -kv[1]):
             lines.append(f"    {name:45s} {n:8d}")
     fb = fallback_counts()
     if fb:

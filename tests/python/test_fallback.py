@@ -80,3 +80,16 @@ def test_fallback_disabled_raises_not_implemented():
             ops.double_it(x)
         assert (x + x).sum().item() == 6.0           # supported ops still run
     assert ops.double_it(x).device.type == "tpu"
+
+
+def test_conversion_the_device_cannot_lower_is_a_counted_fallback():
+    """uint32 has storage on the tpu but no kernels: a tpu->tpu conversion
+    to it runs as aten's copy_ on host copies, counted, values exact."""
+    torchtpu.metrics.reset()
+    x = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = x.to("tpu").to(torch.uint32)
+    assert u.device.type == "tpu" and u.dtype == torch.uint32
+    assert torch.equal(u.cpu(), x.to(torch.uint32))
+    assert torchtpu.metrics.fallback_counts()["torchtpu::copy_"] >= 1

@@ -829,3 +829,54 @@ def test_backward_ops_direct():
         check(f, gr, x, zero_sign=False)
         check(f, gr.bfloat16(), x.bfloat16(), zero_sign=False)
     check(lambda g, t: a.gelu_backward(g, t), gr.long(), x.long())   # error
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.int64,
+                                   torch.int32, torch.bfloat16])
+def test_floor_divide_and_rounding_modes(dtype):
+    """//, floor_divide and div(rounding_mode=...) in every overload; results
+    are bitwise CPU's, also in bfloat16/float16, where the CPU rounds the
+    intermediates of a tensor-by-tensor division to the narrow dtype."""
+    x = sample(dtype)
+    y = sample(dtype, seed=1).flip(1)
+    if not dtype.is_floating_point:
+        y = torch.where(y == 0, torch.ones_like(y), y)   # CPU raises on integer / 0
+    tol = dict(rtol=0, atol=0)
+    before = calls()
+    check(lambda a, b: a // b, x, y, **tol)
+    check(lambda a, b: torch.floor_divide(a, b, out=torch.empty(0, dtype=a.dtype,
+                                                                device=a.device)), x, y, **tol)
+    check(lambda a: a // 3, x, **tol)
+    check(lambda a: torch.floor_divide(a, -2, out=torch.empty_like(a)), x, **tol)
+    check(lambda a, b: a.clone().floor_divide_(b), x, y, **tol)
+    check(lambda a: a.clone().floor_divide_(7), x, **tol)
+    for mode in ("floor", "trunc"):
+        check(lambda a, b: torch.div(a, b, rounding_mode=mode), x, y, **tol)
+        check(lambda a: torch.div(a, 3, rounding_mode=mode), x, **tol)
+        check(lambda a: a.clone().div_(-3, rounding_mode=mode), x, **tol)
+        check(lambda a: torch.div(a, 3, rounding_mode=mode, out=torch.empty_like(a)), x, **tol)
+    # the Scalar overloads, which Python's operators reach only through
+    # wrapped-number tensors
+    aten = torch.ops.aten
+    check(lambda a: aten.floor_divide.Scalar(a, 3), x, **tol)
+    check(lambda a: aten.floor_divide_.Scalar(a.clone(), -2), x, **tol)
+    check(lambda a: aten.floor_divide.Scalar_out(a, 5, out=torch.empty_like(a)), x, **tol)
+    check(lambda a: aten.div.Scalar_mode(a, 3, rounding_mode="floor"), x, **tol)
+    check(lambda a: aten.div_.Scalar_mode(a.clone(), -3, rounding_mode="trunc"), x, **tol)
+    check(lambda a: aten.div.Scalar_mode_out(a, 3, rounding_mode="floor",
+                                             out=torch.empty_like(a)), x, **tol)
+    assert_called(before, "aten::floor_divide", "aten::floor_divide.Scalar",
+                  "aten::floor_divide.out", "aten::floor_divide.Scalar_out",
+                  "aten::floor_divide_.Tensor", "aten::floor_divide_.Scalar",
+                  "aten::div.Scalar_mode", "aten::div_.Scalar_mode",
+                  "aten::div.Scalar_mode_out")
+
+
+def test_integer_division_by_zero_does_not_trap():
+    """The CPU raises ZeroDivisionError; like CUDA, the vTPU returns a value
+    (x / 0 -> -1, x % 0 -> x) and the process survives INT_MIN / -1 too."""
+    a = torch.tensor([7, -7, 0, torch.iinfo(torch.int32).min], dtype=torch.int32, device="tpu")
+    b = torch.tensor([0, 0, 0, -1], dtype=torch.int32, device="tpu")
+    for r in (a // b, torch.div(a, b, rounding_mode="trunc"), a % b, torch.fmod(a, b)):
+        assert r.cpu().dtype == torch.int32
+    assert (a + 1).tolist()[0] == 8

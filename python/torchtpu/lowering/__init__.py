@@ -9,4 +9,4 @@ _DEF.define("copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")
 _DEF.define("iota_(Tensor(a!) self, Scalar start, Scalar step) -> Tensor(a!)")
 
 from . import elementwise, factory, linalg, nn, reduction  # noqa: E402,F401
-from . import conv, indexing, norm, optim, pointwise, transformer  # noqa: E402,F401
+from . import conv, fft, indexing, norm, optim, pointwise, transformer  # noqa: E402,F401

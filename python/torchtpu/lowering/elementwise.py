@@ -97,6 +97,7 @@ def _binary_rule(name, ir, kind=K.DEFAULT, alpha=False):
     make(f"aten::{name}.out", out=True)
     make(f"aten::{name}.Scalar", scalar_other=True)
     make(f"aten::{name}_.Scalar", inplace=True, scalar_other=True)
+    make(f"aten::{name}.Scalar_out", out=True, scalar_other=True)
 
 
 _binary_rule("add", "add")
@@ -117,14 +118,24 @@ def _mul_div(name, ir, kind):
     make(f"aten::{name}.out")
     make(f"aten::{name}.Scalar", scalar_other=True)
     make(f"aten::{name}_.Scalar", inplace=True, scalar_other=True)
+    make(f"aten::{name}.Scalar_out")
 
 
 _mul_div("mul", "multiply", K.DEFAULT)
 _mul_div("div", "divide", K.INT_TO_FLOAT)
 
 
-def _div_mode(ctx, a, b, mode):
-    q = ctx.binary("divide", a, b)
+def _div_mode(ctx, a, b, mode, store=None):
+    """a / b rounded as rounding_mode says. store: the result dtype when it is
+    narrower than the float32 computation; the CPU rounds each intermediate
+    of a bfloat16/float16 rounding division to it, and so do we."""
+    if store is not None and store != a.dtype:
+        def rnd(v):
+            return ctx.convert(ctx.convert(v, store), v.dtype)
+    else:
+        def rnd(v):
+            return v
+    q = rnd(ctx.binary("divide", a, b))
     if mode is None:
         return q
     if a.dtype.is_floating_point:
@@ -132,14 +143,20 @@ def _div_mode(ctx, a, b, mode):
             # trunc(q) = sign(q) * floor(|q|)
             return ctx.select(ctx.compare("lt", q, ctx.const(0, q.dtype, q.shape)),
                               ctx.unary("ceil", q), ctx.unary("floor", q))
-        # floor division as Python: floor(a / b), exact via fmod
-        r = ctx.binary("remainder", a, b)
-        fl = ctx.binary("divide", ctx.binary("subtract", a, r), b)
-        zero = ctx.const(0, a.dtype, a.shape)
-        adjust = ctx.op("and", ctx.compare("ne", r, zero),
-                        ctx.compare("ne", ctx.compare("lt", r, zero), ctx.compare("lt", b, zero)))
-        fl = ctx.select(adjust, ctx.binary("subtract", fl, ctx.const(1, a.dtype, a.shape)), fl)
-        return ctx.select(ctx.compare("eq", q, q), fl, q)
+        # PyTorch's div_floor: from fmod, rounded to the nearest integer, so
+        # results are integral and bitwise equal to the CPU's
+        c = lambda v: ctx.const(v, a.dtype, a.shape)
+        mod = rnd(ctx.binary("remainder", a, b))
+        div = rnd(ctx.binary("divide", rnd(ctx.binary("subtract", a, mod)), b))
+        adjust = ctx.op("and", ctx.compare("ne", mod, c(0)),
+                        ctx.compare("ne", ctx.compare("lt", b, c(0)), ctx.compare("lt", mod, c(0))))
+        div = ctx.select(adjust, rnd(ctx.binary("subtract", div, c(1))), div)
+        fd = ctx.unary("floor", div)
+        fd = ctx.select(ctx.compare("gt", rnd(ctx.binary("subtract", div, fd)), c(0.5)),
+                        rnd(ctx.binary("add", fd, c(1))), fd)
+        # a zero quotient carries the sign of a / b (finite here)
+        fd = ctx.select(ctx.compare("ne", div, c(0)), fd, ctx.binary("multiply", c(0), q))
+        return ctx.select(ctx.compare("eq", b, c(0)), q, fd)
     if mode == "trunc":
         return q
     # integer floor division
@@ -150,13 +167,35 @@ def _div_mode(ctx, a, b, mode):
     return ctx.select(adjust, ctx.binary("subtract", q, ctx.const(1, a.dtype, a.shape)), q)
 
 
+def _rounding_store(self, other, kind):
+    """The dtype the CPU rounds a rounding division's intermediates to: the
+    result dtype, except when the divisor is a scalar (a number or a tensor
+    of one element), which the CPU divides by in float32 without rounding."""
+    if not is_tensor(other) or other.numel() == 1:
+        return None
+    return elementwise_dtypes(self, other, type_promotion_kind=kind)[1]
+
+
 @lowering("aten::div.Tensor_mode", "aten::div_.Tensor_mode", "aten::div.out_mode",
+          "aten::div.Scalar_mode", "aten::div_.Scalar_mode", "aten::div.Scalar_mode_out",
           runtime=("other",))
 def div_mode(ctx, self, other, *, rounding_mode=None, out=None):
     inplace = ctx.name.startswith("aten::div_")
     kind = K.INT_TO_FLOAT if rounding_mode is None else K.DEFAULT
-    elementwise(ctx, lambda c, a, b: _div_mode(c, a, b, rounding_mode), [self, other],
+    store = _rounding_store(self, other, kind)
+    elementwise(ctx, lambda c, a, b: _div_mode(c, a, b, rounding_mode, store), [self, other],
                 ["self", "other"], kind, into=self if inplace else out)
+
+
+@lowering("aten::floor_divide", "aten::floor_divide.Scalar", "aten::floor_divide.out",
+          "aten::floor_divide.Scalar_out", "aten::floor_divide_.Tensor",
+          "aten::floor_divide_.Scalar", runtime=("other",))
+def floor_divide(ctx, self, other, *, out=None):
+    """Python's //: division rounded toward negative infinity."""
+    inplace = ctx.name.startswith("aten::floor_divide_")
+    store = _rounding_store(self, other, K.DEFAULT)
+    elementwise(ctx, lambda c, a, b: _div_mode(c, a, b, "floor", store), [self, other],
+                ["self", "other"], K.DEFAULT, into=self if inplace else out)
 
 
 def _unary(overloads, fn, kind=K.INT_TO_FLOAT):
