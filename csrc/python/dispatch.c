@@ -37,6 +37,7 @@ typedef struct {
   pair_t* results;   /* per aten result */
   bool single;       /* the aten op returns one Tensor, not a tuple */
   bool fallback;     /* no executable: call the op's fallback */
+  bool non_native;   /* computes in a dtype a TPU only emulates (f64) */
 } plan_t;
 
 static void plan_free(void* p) {
@@ -61,6 +62,7 @@ typedef struct {
   uint64_t name_hash;
   const char* site; /* UTF-8 of name, owned by name */
   uint64_t calls, misses;
+  uint64_t non_native_calls; /* calls whose program computes in f64 etc. */
 } OpObject;
 
 /* --------------------------------------------------------- flattening */
@@ -416,6 +418,10 @@ static PyObject* op_call(OpObject* self, PyObject* args, PyObject* kwargs) {
     plan_t* plan = NULL;
     tpu_status_t st = g ? plan_from_py(binds, results, single, &plan) : NULL;
     if (g && !st) {
+      int32_t nn = tpu_graph_node_count(g);
+      for (int32_t v = 0; v < nn && !plan->non_native; v++) {
+        plan->non_native = !tpu_dtype_info(tpu_graph_node_dtype(g, v))->tpu_native;
+      }
       st = tpu_executable_compile(tpu_py.device, g, (tpu_precision_t)precision, NULL, &exe);
       if (!st) {
         tpu_py.stats.compiles++;
@@ -438,6 +444,7 @@ static PyObject* op_call(OpObject* self, PyObject* args, PyObject* kwargs) {
   }
   {
     plan_t* plan = exe->user_data;
+    if (plan->non_native) self->non_native_calls++;
     PyObject* params_small[16];
     const tpu_py_tensor_t* metas_small[16];
     PyObject** params = exe->n_params <= 16 ? params_small
@@ -562,6 +569,10 @@ static PyObject* op_get_calls(OpObject* self, void* c) {
   (void)c;
   return PyLong_FromUnsignedLongLong(self->calls);
 }
+static PyObject* op_get_non_native_calls(OpObject* self, void* c) {
+  (void)c;
+  return PyLong_FromUnsignedLongLong(self->non_native_calls);
+}
 static PyObject* op_get_misses(OpObject* self, void* c) {
   (void)c;
   return PyLong_FromUnsignedLongLong(self->misses);
@@ -576,6 +587,8 @@ static PyGetSetDef op_getset[] = {
     {"name", (getter)op_get_name, NULL, "aten op name", NULL},
     {"calls", (getter)op_get_calls, NULL, "number of calls", NULL},
     {"misses", (getter)op_get_misses, NULL, "number of cache misses (lowerings)", NULL},
+    {"non_native_calls", (getter)op_get_non_native_calls, NULL,
+     "calls whose program computes in a dtype a TPU only emulates (float64)", NULL},
     {"fallback", (getter)op_get_fallback, NULL, "the CPU fallback callable", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

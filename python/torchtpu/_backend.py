@@ -230,6 +230,17 @@ def _register_storage_kernels():
     _LIB.impl("_to_copy", _to_copy, "PrivateUse1")
     _LIB.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
     _LIB.impl("resize_", resize_, "PrivateUse1")
+    for op in ("_sparse_coo_tensor_with_dims_and_tensors", "_sparse_coo_tensor_with_dims"):
+        _LIB.impl(op, _no_sparse(op), "SparsePrivateUse1")
+
+
+def _no_sparse(op):
+    def kernel(*args, **kwargs):
+        raise NotImplementedError(
+            f"aten::{op}: sparse tensors are not supported on the tpu device (a TPU "
+            "computes on dense arrays). Keep the sparse tensor on the CPU "
+            "(x.cpu().to_sparse()), or use a dense tensor on the tpu.")
+    return kernel
 
 
 # ------------------------------------------------------------- register

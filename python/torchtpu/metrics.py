@@ -37,32 +37,38 @@ def fallback_counts() -> dict:
     return _fallback.counts()
 
 
+_base = {}   # (counter, op name) -> value at the last reset()
+
+
+def _per_op(counter):
+    out = {}
+    for name in _registry._OPS:
+        n = getattr(_registry.op_handle(name), counter) - _base.get((counter, name), 0)
+        if n:
+            out[name] = n
+    return out
+
+
 def not_native_counts() -> dict:
-    """Per-op counts of complex ops computed on the device on float planes
-    (a TPU has no complex units; XLA does the same)."""
+    """Per-op calls computed in dtypes a TPU does not have natively: float64
+    programs, and complex ops computed on float planes (a TPU has no complex
+    units; XLA splits complex values the same way)."""
     from .lowering import complex as _complex
 
-    return _complex.counts()
+    out = _per_op("non_native_calls")
+    for name, n in _complex.counts().items():
+        out[name] = out.get(name, 0) + n
+    return out
 
 
 def op_counts() -> dict:
-    """Per-op call counts of ops with a tpu lowering."""
-    out = {}
-    for name in _registry._OPS:
-        op = _registry.op_handle(name)
-        if op.calls:
-            out[name] = op.calls
-    return out
+    """Per-op call counts of ops with a tpu lowering (since reset())."""
+    return _per_op("calls")
 
 
 def compile_counts() -> dict:
-    """Per-op lowering counts (cache misses)."""
-    out = {}
-    for name in _registry._OPS:
-        op = _registry.op_handle(name)
-        if op.misses:
-            out[name] = op.misses
-    return out
+    """Per-op lowering counts (cache misses, since reset())."""
+    return _per_op("misses")
 
 
 def reset() -> None:
@@ -71,6 +77,10 @@ def reset() -> None:
     _C.reset_stats()
     _fallback.reset()
     _complex.reset()
+    for name in _registry._OPS:
+        op = _registry.op_handle(name)
+        for counter in ("calls", "misses", "non_native_calls"):
+            _base[(counter, name)] = getattr(op, counter)
     _sync_causes.clear()
 
 
@@ -102,7 +112,7 @@ def report() -> str:
             lines.append(f"    {name:45s} {n:8d}")
     nn = not_native_counts()
     if nn:
-        lines.append("  not native on TPU: complex ops on float planes (calls):")
+        lines.append("  not native on TPU (float64 programs, complex on float planes), calls:")
         for name, n in sorted(nn.items(), key=lambda kv: -kv[1]):
             lines.append(f"    {name:45s} {n:8d}")
     fb = fallback_counts()

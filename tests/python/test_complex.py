@@ -102,3 +102,13 @@ def test_unlowered_complex_ops_still_fall_back_correctly():
     same(out, torch.sqrt(z))
     assert "aten::sqrt" in metrics.fallback_counts()
     metrics.reset()
+
+
+def test_float64_programs_are_counted_as_not_native():
+    x = torch.randn(8, dtype=torch.float64)
+    xt = x.to("tpu")
+    same((xt * 2).sum(), (x * 2).sum())
+    same(torch.ones(3, device="tpu") * 2, torch.ones(3) * 2)
+    nn = metrics.not_native_counts()
+    assert nn.get("aten::mul.Tensor") == 1 and nn.get("aten::sum") == 1, nn
+    assert metrics.op_counts()["aten::mul.Tensor"] == 2

@@ -86,3 +86,17 @@ def test_exception_inside_backward_node_propagates():
     y = torch.ones(2, device="tpu", requires_grad=True)
     (y * 2).sum().backward()
     assert y.grad.tolist() == [2.0, 2.0]
+
+
+def test_sparse_tensors_are_refused_with_a_remedy():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(NotImplementedError, match=r"sparse tensors are not supported.*x\.cpu\(\)\.to_sparse"):
+            torch.ones(3, device="tpu").to_sparse()
+    assert torch.ones(2, device="tpu").sum().item() == 2.0
+
+
+def test_complex32_is_refused_with_a_clear_error():
+    with pytest.raises(TypeError, match="complex32"):
+        torch.zeros(2, dtype=torch.complex32).to("tpu")
