@@ -48,6 +48,11 @@ static bool own_code(PyCodeObject* code) {
   return PyUnicode_Tailmatch(code->co_filename, tpu_py.package_dir, 0, PY_SSIZE_T_MAX, -1) == 1;
 }
 
+/* Executions estimated at up to this many flops run on the Python thread
+ * when the stream is idle (measured in bench/eager_overhead.py: the hand-off
+ * to the worker costs several microseconds, more than such kernels). */
+#define TPU_PY_INLINE_FLOPS_DEFAULT 65536.0
+
 void tpu_py_note_site(void) {
   PyFrameObject* f = PyEval_GetFrame(); /* borrowed */
   if (!f) return;
@@ -160,7 +165,10 @@ static PyObject* py_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   o.host_limit = host_limit;
   tpu_status_t st = tpu_vtpu_device_create(tpu_allocator_system(), &o, &tpu_py.device);
   if (st) return tpu_py_raise(st);
-  tpu_stream_options_t so = {synchronous != 0};
+  tpu_stream_options_t so = {.synchronous = synchronous != 0,
+                            .inline_flops_max = TPU_PY_INLINE_FLOPS_DEFAULT};
+  const char* inl = getenv("TORCHTPU_INLINE_FLOPS");
+  if (inl && *inl) so.inline_flops_max = strtod(inl, NULL);
   st = tpu_stream_create(tpu_py.device, &so, &tpu_py.stream);
   if (!st) st = tpu_cache_create(tpu_allocator_system(), cache_capacity, &tpu_py.cache);
   if (st) {
@@ -394,7 +402,7 @@ static PyObject* py_stats(PyObject* self, PyObject* unused) {
   tpu_py_stats_t* s = &tpu_py.stats;
   tpu_device_stats_t* d = &tpu_py.device->stats;
   return Py_BuildValue(
-      "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "dispatches", (unsigned long long)s->dispatches,
+      "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "dispatches", (unsigned long long)s->dispatches,
       "lowerings", (unsigned long long)s->lowerings, "compiles", (unsigned long long)s->compiles,
       "compile_ns", (unsigned long long)s->compile_ns, "executions",
       (unsigned long long)s->executions, "h2d_bytes", (unsigned long long)s->h2d_bytes,
@@ -405,7 +413,8 @@ static PyObject* py_stats(PyObject* self, PyObject* unused) {
       (unsigned long long)cs.entries, "cache_capacity", (unsigned long long)cs.capacity,
       "device_executions", (unsigned long long)d->executions, "kernels_run",
       (unsigned long long)d->kernels_run, "enqueued",
-      (unsigned long long)tpu_stream_enqueued(tpu_py.stream));
+      (unsigned long long)tpu_stream_enqueued(tpu_py.stream), "inline_executions",
+      (unsigned long long)tpu_stream_inlined(tpu_py.stream));
 }
 
 static PyObject* py_sync_stats(PyObject* self, PyObject* unused) {

@@ -67,6 +67,9 @@ struct tpu_stream_s {
   uint64_t error_seq; /* its work item */
   uint64_t last_error_seq; /* of the error the last synchronize returned */
   bool synchronous;
+  bool inline_busy;   /* an execution runs on an enqueueing thread */
+  double inline_flops_max;
+  uint64_t inlined;   /* guarded by mu */
   bool stopping;
   bool worker_waiting; /* blocked on work_cv: enqueue must signal */
   bool has_worker;
@@ -88,27 +91,31 @@ static void item_free(tpu_stream_t* s, item_t* it) {
   tpu_free(s->allocator, it);
 }
 
-static void poison_outputs(tpu_stream_t* s, item_t* it) {
-  tpu_executable_t* exe = it->exe;
+static void poison_outputs(tpu_stream_t* s, tpu_executable_t* exe, const tpu_arg_t* outs) {
   for (int32_t j = 0; j < exe->n_outputs; j++) {
     tpu_output_meta_t* m = &exe->outputs[j];
     tpu_view_t v = {NULL, m->dtype, m->shape.rank, m->shape.dims, m->strides};
-    s->device->vtable->poison(s->device, it->outs[j].buffer, it->outs[j].byte_offset, &v);
+    s->device->vtable->poison(s->device, outs[j].buffer, outs[j].byte_offset, &v);
   }
+}
+
+static tpu_status_t run_exec(tpu_stream_t* s, tpu_executable_t* exe, const tpu_arg_t* args,
+                             const tpu_arg_t* outs, const char* site) {
+  tpu_device_t* dev = s->device;
+  tpu_status_t st = dev->vtable->execute(dev, exe, args, outs);
+  if (st) {
+    poison_outputs(s, exe, outs);
+    st = tpu_status_annotate(st, "%s", site ? site : "tpu op");
+  }
+  return st;
 }
 
 /* Runs one item. Returns its error (owned) or NULL. */
 static tpu_status_t run_item(tpu_stream_t* s, item_t* it) {
   tpu_device_t* dev = s->device;
   switch (it->kind) {
-    case ITEM_EXEC: {
-      tpu_status_t st = dev->vtable->execute(dev, it->exe, it->args, it->outs);
-      if (st) {
-        poison_outputs(s, it);
-        st = tpu_status_annotate(st, "%s", it->site ? it->site : "tpu op");
-      }
-      return st;
-    }
+    case ITEM_EXEC:
+      return run_exec(s, it->exe, it->args, it->outs, it->site);
     case ITEM_WRITE:
       return dev->vtable->write(dev, it->dst, it->offset, it->dst_strides, &it->src);
     case ITEM_EVENT: {
@@ -163,12 +170,16 @@ static void* worker_main(void* arg) {
       }
       pthread_mutex_lock(&s->mu);
     }
-    while (!s->head && !s->stopping) {
+    while ((!s->head || s->inline_busy) && !s->stopping) {
       s->worker_waiting = true;
       pthread_cond_wait(&s->work_cv, &s->mu);
       s->worker_waiting = false;
     }
     if (!s->head && s->stopping) break;
+    if (s->inline_busy) { /* stopping: let the inline execution finish */
+      pthread_cond_wait(&s->done_cv, &s->mu);
+      continue;
+    }
     item_t* it = s->head;
     __atomic_store_n(&s->head, it->next, __ATOMIC_RELEASE);
     if (!s->head) s->tail = NULL;
@@ -181,22 +192,15 @@ static void* worker_main(void* arg) {
   return NULL;
 }
 
+static void mark_buffers(tpu_executable_t* exe, const tpu_arg_t* args, const tpu_arg_t* outs,
+                         uint64_t seq);
+
 /* Publishes an item. In synchronous mode runs it now and returns its error;
  * otherwise hands it to the worker. */
 static tpu_status_t submit(tpu_stream_t* s, item_t* it) {
   pthread_mutex_lock(&s->mu);
   it->seq = ++s->enqueued;
-  if (it->exe) {
-    for (int32_t i = 0; i < it->exe->n_params; i++) {
-      tpu_buffer_t* b = it->args[i].buffer;
-      if (b) __atomic_store_n(&b->last_use_seq, it->seq, __ATOMIC_RELAXED);
-    }
-    for (int32_t j = 0; j < it->exe->n_outputs; j++) {
-      tpu_buffer_t* b = it->outs[j].buffer;
-      __atomic_store_n(&b->last_use_seq, it->seq, __ATOMIC_RELAXED);
-      __atomic_store_n(&b->last_write_seq, it->seq, __ATOMIC_RELAXED);
-    }
-  }
+  if (it->exe) mark_buffers(it->exe, it->args, it->outs, it->seq);
   if (it->dst) {
     __atomic_store_n(&it->dst->last_use_seq, it->seq, __ATOMIC_RELAXED);
     __atomic_store_n(&it->dst->last_write_seq, it->seq, __ATOMIC_RELAXED);
@@ -246,6 +250,7 @@ tpu_status_t tpu_stream_create(tpu_device_t* dev, const tpu_stream_options_t* o,
   s->device = dev;
   s->allocator = dev->allocator;
   s->synchronous = o && o->synchronous;
+  s->inline_flops_max = o ? o->inline_flops_max : 0;
   pthread_mutex_init(&s->mu, NULL);
   pthread_mutex_init(&s->exec_mu, NULL);
   pthread_cond_init(&s->work_cv, NULL);
@@ -306,6 +311,59 @@ void tpu_stream_set_synchronous(tpu_stream_t* s, bool synchronous) {
 
 bool tpu_stream_is_synchronous(const tpu_stream_t* s) { return s->synchronous; }
 
+static void mark_buffers(tpu_executable_t* exe, const tpu_arg_t* args, const tpu_arg_t* outs,
+                         uint64_t seq) {
+  for (int32_t i = 0; i < exe->n_params; i++) {
+    tpu_buffer_t* b = args[i].buffer;
+    if (b) __atomic_store_n(&b->last_use_seq, seq, __ATOMIC_RELAXED);
+  }
+  for (int32_t j = 0; j < exe->n_outputs; j++) {
+    tpu_buffer_t* b = outs[j].buffer;
+    __atomic_store_n(&b->last_use_seq, seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->last_write_seq, seq, __ATOMIC_RELAXED);
+  }
+}
+
+/* Runs a small execution on the calling thread when nothing is queued or
+ * running: it takes the next sequence number, so order is as if the worker
+ * had run it, and its error is recorded for the next synchronization like
+ * any asynchronous error. The caller's references keep the buffers alive
+ * for the duration, so nothing is retained. Returns false (doing nothing)
+ * when the stream is busy. */
+static bool try_inline(tpu_stream_t* s, tpu_executable_t* exe, const tpu_arg_t* args,
+                       const tpu_arg_t* outs, const char* site) {
+  pthread_mutex_lock(&s->mu);
+  if (s->head || s->inline_busy || s->stopping ||
+      __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE) != s->enqueued) {
+    pthread_mutex_unlock(&s->mu);
+    return false;
+  }
+  uint64_t seq = ++s->enqueued;
+  s->inline_busy = true;
+  s->inlined++;
+  mark_buffers(exe, args, outs, seq);
+  pthread_mutex_unlock(&s->mu);
+  __atomic_add_fetch(&exe->stats.runs, 1, __ATOMIC_RELAXED);
+  tpu_fpenv_t env = tpu_fpenv_enter();
+  tpu_status_t st = run_exec(s, exe, args, outs, site);
+  tpu_fpenv_leave(env);
+  pthread_mutex_lock(&s->mu);
+  s->inline_busy = false;
+  if (st) {
+    if (!s->error) {
+      s->error = st;
+      s->error_seq = seq;
+    } else {
+      tpu_status_free(st);
+    }
+  }
+  __atomic_store_n(&s->completed, seq, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&s->done_cv);
+  if (s->head && s->worker_waiting) pthread_cond_signal(&s->work_cv);
+  pthread_mutex_unlock(&s->mu);
+  return true;
+}
+
 tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, tpu_executable_t* exe,
                                 const tpu_arg_t* args, const tpu_arg_t* outs,
                                 const char* site) {
@@ -318,6 +376,8 @@ tpu_status_t tpu_stream_enqueue(tpu_stream_t* s, tpu_executable_t* exe,
     if (!outs[j].buffer)
       return TPU_STATUS(INVALID_ARGUMENT, "%s: output %d needs a buffer",
                         site ? site : "execute", j);
+  if (!s->synchronous && exe->stats.flops <= s->inline_flops_max && try_inline(s, exe, args, outs, site))
+    return NULL;
   item_t* it;
   TPU_RETURN_IF_ERROR(new_item(s, ITEM_EXEC, &it));
   size_t n = (size_t)(exe->n_params + exe->n_outputs);
@@ -449,6 +509,13 @@ uint64_t tpu_stream_last_error_seq(tpu_stream_t* s) {
 uint64_t tpu_stream_enqueued(tpu_stream_t* s) {
   pthread_mutex_lock(&s->mu);
   uint64_t n = s->enqueued;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+uint64_t tpu_stream_inlined(tpu_stream_t* s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t n = s->inlined;
   pthread_mutex_unlock(&s->mu);
   return n;
 }

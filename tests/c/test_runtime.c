@@ -410,7 +410,7 @@ static void* racer_main(void* arg) {
   return NULL;
 }
 
-TEST(concurrent_enqueue_free_and_read) {
+static void run_racers(double inline_flops_max) {
   tpu_device_t* dev = make_vtpu(2);
   tpu_graph_t* g;
   CHECK_OK(tpu_graph_create(tpu_allocator_system(), &g));
@@ -422,7 +422,8 @@ TEST(concurrent_enqueue_free_and_read) {
   tpu_executable_t* exe = NULL;
   CHECK_OK(tpu_executable_compile(dev, g, TPU_PRECISION_HIGHEST, NULL, &exe));
   tpu_stream_t* st = NULL;
-  CHECK_OK(tpu_stream_create(dev, NULL, &st));
+  tpu_stream_options_t so = {.inline_flops_max = inline_flops_max};
+  CHECK_OK(tpu_stream_create(dev, &so, &st));
   racer_t r[3];
   pthread_t th[3];
   for (int i = 0; i < 3; i++) {
@@ -443,6 +444,89 @@ TEST(concurrent_enqueue_free_and_read) {
   tpu_device_release(dev);
 }
 
+TEST(concurrent_enqueue_free_and_read) { run_racers(0); }
+
+TEST(concurrent_enqueue_free_and_read_with_inline_executions) {
+  run_racers(1e12);
+}
+
+static tpu_executable_t* add_one_exe(tpu_device_t* dev, int64_t n) {
+  tpu_graph_t* g;
+  CHECK_OK(tpu_graph_create(tpu_allocator_system(), &g));
+  tpu_shape_t s = shp(1, n, 0);
+  tpu_shape_t sc = shp(0, 0, 0);
+  tpu_value_t x, one, r;
+  CHECK_OK(tpu_graph_add_parameter(g, TPU_DTYPE_F32, &s, NULL, &x));
+  float v = 1.0f;
+  CHECK_OK(tpu_graph_add_constant(g, TPU_DTYPE_F32, &sc, &v, &one));
+  tpu_value_t ops[2] = {x, one};
+  tpu_value_t ob;
+  int64_t bd[1] = {0};
+  tpu_attrs_t ba = {.n_ints = 0, .ints = bd};
+  CHECK_OK(tpu_graph_add_node_typed(g, TPU_OP_BROADCAST_IN_DIM, &one, 1, &ba, TPU_DTYPE_F32, &s, &ob));
+  ops[1] = ob;
+  CHECK_OK(tpu_graph_add_node(g, TPU_OP_ADD, ops, 2, NULL, &r));
+  CHECK_OK(tpu_graph_add_output(g, r, NULL, -1));
+  tpu_executable_t* exe = NULL;
+  CHECK_OK(tpu_executable_compile(dev, g, TPU_PRECISION_HIGHEST, NULL, &exe));
+  tpu_graph_destroy(g);
+  return exe;
+}
+
+TEST(inline_executions_keep_stream_order) {
+  /* small executions run on the caller's thread only while the stream is
+   * idle; interleaved with large queued ones, a dependent chain still sees
+   * every update in order */
+  tpu_device_t* dev = make_vtpu(2);
+  tpu_executable_t* small = add_one_exe(dev, 16);
+  tpu_executable_t* big = add_one_exe(dev, 1 << 20);
+  CHECK(small->stats.flops < big->stats.flops);
+  tpu_stream_options_t so = {.inline_flops_max = small->stats.flops};
+  tpu_stream_t* st = NULL;
+  CHECK_OK(tpu_stream_create(dev, &so, &st));
+  tpu_buffer_t* a = buf_from(dev, NULL, 16);
+  tpu_buffer_t* b = buf_from(dev, NULL, 16);
+  tpu_buffer_t* big_a = buf_from(dev, NULL, 1 << 20);
+  tpu_buffer_t* big_b = buf_from(dev, NULL, 1 << 20);
+  memset(a->data, 0, 64);
+  memset(big_a->data, 0, 4u << 20);
+  for (int i = 0; i < 40; i++) {
+    if (i == 20) CHECK_OK(tpu_stream_synchronize(st)); /* idle: later ones inline */
+    if (i % 3 == 0 && (i < 20 || i == 30)) {
+      tpu_arg_t x[1] = {{big_a, 0, {0}}};
+      tpu_arg_t y[1] = {{big_b, 0, {0}}};
+      CHECK_OK(tpu_stream_enqueue(st, big, x, y, "big"));
+      tpu_buffer_t* t = big_a;
+      big_a = big_b;
+      big_b = t;
+    }
+    tpu_arg_t x[1] = {{a, 0, {0}}};
+    tpu_arg_t y[1] = {{b, 0, {0}}};
+    CHECK_OK(tpu_stream_enqueue(st, small, x, y, "small"));
+    tpu_buffer_t* t = a;
+    a = b;
+    b = t;
+  }
+  float back[16];
+  int64_t dims[1] = {16}, one[1] = {1};
+  tpu_view_t dst = {back, TPU_DTYPE_F32, 1, dims, one};
+  CHECK_OK(tpu_stream_read(st, a, 0, one, &dst));
+  CHECK(back[0] == 40.0f && back[15] == 40.0f);
+  CHECK_OK(tpu_stream_synchronize(st));
+  CHECK(((float*)big_a->data)[777] == 8.0f);
+  CHECK(tpu_stream_inlined(st) > 0);
+  CHECK(tpu_stream_inlined(st) < tpu_stream_enqueued(st));
+  CHECK_EQ(tpu_stream_completed(st), tpu_stream_enqueued(st));
+  tpu_buffer_release(a);
+  tpu_buffer_release(b);
+  tpu_buffer_release(big_a);
+  tpu_buffer_release(big_b);
+  tpu_stream_destroy(st);
+  tpu_executable_release(small);
+  tpu_executable_release(big);
+  tpu_device_release(dev);
+}
+
 int main(void) {
   RUN(unknown_chip_is_not_found_with_the_names);
   RUN(cache_is_lru_and_counts);
@@ -454,5 +538,7 @@ int main(void) {
   RUN(matmul_precisions);
   RUN(bf16_compute_rounds_per_op);
   RUN(concurrent_enqueue_free_and_read);
+  RUN(concurrent_enqueue_free_and_read_with_inline_executions);
+  RUN(inline_executions_keep_stream_order);
   return harness_report();
 }

@@ -60,7 +60,12 @@ def test_async_index_error_surfaces_at_next_sync_with_site():
     exe = _gather_graph()
     x = torch.randn(4, 6, device="tpu")
     bad = torch.full((4, 3), 9, dtype=torch.int64, device="tpu")
+    torch.tpu.synchronize()
+    inlined = _C.stats()["inline_executions"]
     y = _C.run(exe, [x, bad])[0]       # enqueued; no error yet
+    # a kernel this small ran on this thread (the stream was idle), and its
+    # error is still reported at the next sync, like any asynchronous one
+    assert _C.stats()["inline_executions"] == inlined + 1
     z = y * 2                          # later work still enqueues fine
     with pytest.raises(IndexError) as e:
         z.sum().item()                 # the next sync raises
@@ -70,6 +75,23 @@ def test_async_index_error_surfaces_at_next_sync_with_site():
     # the error was consumed: the stream works and later syncs are clean
     assert (torch.ones(3, device="tpu") + 1).sum().item() == 6.0
     torch.tpu.synchronize()
+
+
+def test_small_ops_behind_queued_work_wait_their_turn():
+    """Small kernels run on the calling thread only when the stream is idle;
+    behind queued work they are queued too, so order holds."""
+    a = torch.randn(768, 768, device="tpu")
+    torch.tpu.synchronize()
+    inlined = _C.stats()["inline_executions"]
+    b = a @ a                          # queued (large)
+    c = b[:2, :2] + 1                  # small, but behind the matmul
+    d = c * 2
+    assert _C.stats()["inline_executions"] == inlined
+    ref = (a.cpu() @ a.cpu())[:2, :2]
+    torch.testing.assert_close(d.cpu(), (ref + 1) * 2)
+    e = d - 1                          # the stream is idle again: inline
+    assert _C.stats()["inline_executions"] == inlined + 1
+    torch.testing.assert_close(e.cpu(), (ref + 1) * 2 - 1)
 
 
 def test_failed_op_output_is_poisoned_not_garbage():

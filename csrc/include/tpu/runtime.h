@@ -199,6 +199,12 @@ void tpu_cache_set_capacity(tpu_cache_t* c, int64_t capacity);
 
 typedef struct tpu_stream_options_s {
   bool synchronous; /* run work at enqueue on the caller's thread */
+  /* Asynchronous streams run an execution on the enqueueing thread instead
+   * of handing it to the worker when the stream is idle and the work is at
+   * most this many estimated flops (exe->stats.flops): the hand-off costs
+   * more than such a kernel. Order and error reporting are unchanged (an
+   * error still surfaces at the next synchronization). 0 = never. */
+  double inline_flops_max;
 } tpu_stream_options_t;
 
 TPU_MUST_USE tpu_status_t tpu_stream_create(tpu_device_t* dev,
@@ -242,8 +248,10 @@ TPU_MUST_USE tpu_status_t tpu_stream_synchronize(tpu_stream_t* s);
 /* The sequence number of the work whose error the last synchronize
  * returned (0 if none); the n-th enqueued item has sequence number n. */
 uint64_t tpu_stream_last_error_seq(tpu_stream_t* s);
-/* Number of work items enqueued / completed so far. */
+/* Number of work items enqueued / completed so far, and of executions run
+ * inline on the enqueueing thread. */
 uint64_t tpu_stream_enqueued(tpu_stream_t* s);
+uint64_t tpu_stream_inlined(tpu_stream_t* s);
 uint64_t tpu_stream_completed(tpu_stream_t* s);
 /* True if an error is pending (will be raised at the next sync). */
 bool tpu_stream_has_error(tpu_stream_t* s);
