@@ -192,9 +192,7 @@ static int hash_static(tpu_hasher_t* h, PyObject* o, int depth) {
 }
 
 static int is_tensor(PyObject* o) {
-  /* duck-typed: torch.Tensor has 'stride' and 'dtype'; numbers do not */
-  return !PyLong_Check(o) && !PyFloat_Check(o) && !PyBool_Check(o) && o != Py_None &&
-         PyObject_HasAttr(o, tpu_py.str_storage_offset);
+  return PyObject_TypeCheck(o, tpu_py.tensor_type);
 }
 
 static int flatten_arg(flat_t* f, const OpObject* op, int kind, PyObject* name,

@@ -165,6 +165,22 @@ static PyObject* py_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   o.host_limit = host_limit;
   tpu_status_t st = tpu_vtpu_device_create(tpu_allocator_system(), &o, &tpu_py.device);
   if (st) return tpu_py_raise(st);
+  {
+    tpu_hbm_t* hbm = tpu_vtpu_device_hbm(tpu_py.device);
+    tpu_py.hbm_lo = (uintptr_t)tpu_hbm_base(hbm);
+    tpu_py.hbm_hi = tpu_py.hbm_lo + (uintptr_t)tpu_hbm_reserved_bytes(hbm);
+  }
+  if (!tpu_py.tensor_type) {
+    PyObject* tc = PyImport_ImportModule("torch._C");
+    PyObject* tb = tc ? PyObject_GetAttrString(tc, "TensorBase") : NULL;
+    Py_XDECREF(tc);
+    if (!tb || !PyType_Check(tb)) {
+      Py_XDECREF(tb);
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ImportError, "torch._C.TensorBase not found");
+      return NULL;
+    }
+    tpu_py.tensor_type = (PyTypeObject*)tb;
+  }
   tpu_stream_options_t so = {.synchronous = synchronous != 0,
                             .inline_flops_max = TPU_PY_INLINE_FLOPS_DEFAULT};
   const char* inl = getenv("TORCHTPU_INLINE_FLOPS");

@@ -35,6 +35,8 @@ typedef struct tpu_py_state_s {
   PyObject* oom_error;                   /* torch.tpu.OutOfMemoryError */
   PyObject* rng_next;                    /* rng_next(n) -> (seed, offset) */
   PyObject* package_dir;                 /* torchtpu's own source dir (str) */
+  PyTypeObject* tensor_type;             /* torch._C.TensorBase */
+  uintptr_t hbm_lo, hbm_hi;              /* the vTPU HBM reservation */
   PyObject* str_dtype, *str_shape, *str_stride, *str_data_ptr,
       *str_storage_offset, *str_is_cpu, *str_get_device, *str_item;
   tpu_py_stats_t stats;

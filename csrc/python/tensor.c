@@ -158,10 +158,6 @@ int tpu_py_tensor_read(PyObject* t, tpu_py_tensor_t* out) {
   rc = read_int_tuple(st, out->strides, out->rank);
   Py_DECREF(st);
   if (rc) return -1;
-  PyObject* cpu = PyObject_GetAttr(t, tpu_py.str_is_cpu);
-  if (!cpu) return -1;
-  out->is_cpu = cpu == Py_True;
-  Py_DECREF(cpu);
   PyObject* off = PyObject_CallMethodNoArgs(t, tpu_py.str_storage_offset);
   if (!off) return -1;
   out->storage_offset = PyLong_AsLongLong(off);
@@ -171,6 +167,15 @@ int tpu_py_tensor_read(PyObject* t, tpu_py_tensor_t* out) {
   out->data_ptr = (uintptr_t)PyLong_AsUnsignedLongLong(ptr);
   Py_DECREF(ptr);
   if (PyErr_Occurred()) return -1;
+  if (out->data_ptr) {
+    /* nothing but tpu storage lies in the HBM reservation */
+    out->is_cpu = !(out->data_ptr >= tpu_py.hbm_lo && out->data_ptr < tpu_py.hbm_hi);
+  } else {
+    PyObject* cpu = PyObject_GetAttr(t, tpu_py.str_is_cpu);
+    if (!cpu) return -1;
+    out->is_cpu = cpu == Py_True;
+    Py_DECREF(cpu);
+  }
   return 0;
 }
 
