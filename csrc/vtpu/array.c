@@ -180,6 +180,8 @@ static tpu_status_t run_scatter(tpu_exec_ctx_t* x, const tpu_vkernel_t* k) {
   tpu_shape_contiguous_strides(&os, ocs);
   int64_t n_up = numel_of(k->opnd_dims[1], r);
   int64_t idx[TPU_MAX_RANK] = {0};
+  /* a bf16/f16 result rounds after every add/mul, like a CPU scalar_t += */
+  bool narrow = k->out_dtype == TPU_DTYPE_BF16 || k->out_dtype == TPU_DTYPE_F16;
   /* updates apply in row-major order of the index tensor: deterministic */
   for (int64_t e = 0; e < n_up; e++) {
     int64_t t = geti(ix, ict, e);
@@ -202,7 +204,16 @@ static tpu_status_t run_scatter(tpu_exec_ctx_t* x, const tpu_vkernel_t* k) {
     }                                                                     \
     break;                                                                \
   }
-        case TPU_CT_F32: APPLY(float)
+        case TPU_CT_F32:
+          if (narrow && (k->akind == TPU_SCATTER_ADD || k->akind == TPU_SCATTER_MUL)) {
+            float* o = (float*)op + off;
+            float u = ((const float*)up)[e];
+            float v = k->akind == TPU_SCATTER_ADD ? *o + u : *o * u;
+            *o = k->out_dtype == TPU_DTYPE_BF16 ? tpu_round_bf16(v)
+                                                : tpu_f16_to_f32(tpu_f32_to_f16(v));
+            break;
+          }
+          APPLY(float)
         case TPU_CT_F64: APPLY(double)
         case TPU_CT_I32: APPLY(int32_t)
         default: APPLY(int64_t)

@@ -10,3 +10,4 @@ _DEF.define("iota_(Tensor(a!) self, Scalar start, Scalar step) -> Tensor(a!)")
 
 from . import elementwise, factory, linalg, nn, reduction  # noqa: E402,F401
 from . import conv, fft, indexing, norm, optim, pointwise, transformer  # noqa: E402,F401
+from . import distance, embedding_bag  # noqa: E402,F401

@@ -134,6 +134,44 @@ def _grad_weight(ctx, x, gy, ks, stride, padding, dilation, groups, acc):
     return ctx.transpose(r, (1, 0) + tuple(range(2, 2 + ns)))
 
 
+def _transposed_by_taps(ctx, x, w, bias, stride, padding, dilation, groups, acc, shape):
+    """A reduced-precision transposed convolution as PyTorch's CPU kernel
+    computes it when an output_padding is not below its stride (mkldnn
+    declines; slow_conv_transpose{2,3}d runs): one column per kernel tap
+    (a float GEMM over the input channels, rounded to the dtype), scattered
+    into the output by adds in the dtype, taps in order, then the bias."""
+    ns = x.rank - 2
+    dt = x.dtype
+    cin, og, ks = w.shape[0], w.shape[1], w.shape[2:]
+    cg, taps = cin // groups, _prod(ks)
+    n, sp = x.shape[0], x.shape[2:]
+    # every tap as a 1x1 kernel: [groups * taps * og, cg, 1...]
+    k = ctx.reshape(w, (groups, cg, og, taps))
+    k = ctx.transpose(k, (0, 3, 2, 1))
+    k = ctx.reshape(k, (groups * taps * og, cg) + (1,) * ns)
+    cols = _conv(ctx, x, k, [1] * ns, [0] * ns, [0] * ns, [1] * ns, [1] * ns, groups, acc)
+    cols = ctx.convert(ctx.reshape(cols, (n, groups, taps, og) + sp), dt)
+    zero = ctx.const(0, dt)
+    r = ctx.const(0, dt, shape)
+    for t in range(taps):
+        tap, rest = [], t
+        for d in reversed(range(ns)):
+            tap.insert(0, rest % ks[d])
+            rest //= ks[d]
+        c = ctx.op("slice", cols, ints=(0, 0, t, 0) + (0,) * ns + (n, groups, t + 1, og) + sp
+                   + (1,) * (4 + ns))
+        c = ctx.reshape(c, (n, groups * og) + sp)
+        lo = [tap[d] * dilation[d] - padding[d] for d in range(ns)]
+        hi = [shape[2 + d] - lo[d] - ((sp[d] - 1) * stride[d] + 1) for d in range(ns)]
+        c = ctx.op("pad", c, zero, ints=(0, 0, *lo, 0, 0, *hi, 0, 0,
+                                          *[s - 1 for s in stride]))
+        r = ctx.binary("add", r, c)
+    if bias is not None:
+        b = ctx.input(bias, "bias")
+        r = ctx.binary("add", r, ctx.broadcast_in_dim(b, shape, (1,)))
+    return r
+
+
 def _conv_args(input, weight, stride, padding, dilation, output_padding):
     ns = weight.dim() - 2
     if ns < 1 or input.dim() != weight.dim():
@@ -153,6 +191,12 @@ def convolution(ctx, input, weight, bias, stride, padding, dilation, transposed,
         input, weight, stride, padding, dilation, output_padding)
     acc = _acc(input.dtype)
     x, w = ctx.input(input, "input"), ctx.input(weight, "weight")
+    if transposed and acc != input.dtype and any(
+            output_padding[d] >= stride[d] for d in range(ns)):
+        r = _transposed_by_taps(ctx, x, w, bias, stride, padding, dilation, groups, acc,
+                                tuple(m.shape))
+        _emit(ctx, r, m, {"out": out})
+        return
     if transposed:
         ks = weight.shape[2:]
         lo = [dilation[d] * (ks[d] - 1) - padding[d] for d in range(ns)]
@@ -453,14 +497,14 @@ def _window_sizes(n_in, n_out):
     return [-(-(o + 1) * n_in // n_out) - (o * n_in // n_out) for o in range(n_out)]
 
 
-def _adaptive_sum(ctx, x, dim, n_out):
-    """Sums of x over the adaptive windows along dim."""
+def _adaptive_windows(ctx, x, dim, n_out):
+    """x with dim split into [n_out, kmax]: the adaptive windows along dim,
+    zero past the end of the shorter ones."""
     n_in = x.shape[dim]
     shape = list(x.shape)
     if n_in % n_out == 0:
         k = n_in // n_out
-        v = ctx.reshape(x, tuple(shape[:dim] + [n_out, k] + shape[dim + 1:]))
-        return ctx.reduce("sum", v, [dim + 1])
+        return ctx.reshape(x, tuple(shape[:dim] + [n_out, k] + shape[dim + 1:]))
     kmax = max(_window_sizes(n_in, n_out))
     _, _, idx, valid = _adaptive_bounds(ctx, n_in, n_out, kmax)
     gshape = tuple(shape[:dim] + [n_out * kmax] + shape[dim + 1:])
@@ -468,8 +512,33 @@ def _adaptive_sum(ctx, x, dim, n_out):
     valid = ctx.broadcast_in_dim(ctx.reshape(valid, (n_out * kmax,)), gshape, (dim,))
     v = ctx.op("gather", x, idx, ints=(dim,))
     v = ctx.select(valid, v, ctx.const(0, x.dtype, gshape))
-    v = ctx.reshape(v, tuple(shape[:dim] + [n_out, kmax] + shape[dim + 1:]))
-    return ctx.reduce("sum", v, [dim + 1])
+    return ctx.reshape(v, tuple(shape[:dim] + [n_out, kmax] + shape[dim + 1:]))
+
+
+def _adaptive_sum(ctx, x, dim, n_out):
+    """Sums of x over the adaptive windows along dim."""
+    return ctx.reduce("sum", _adaptive_windows(ctx, x, dim, n_out), [dim + 1])
+
+
+def _adaptive_sum_sequential(ctx, x, lead, out_sp):
+    """Sums of x (in its own dtype) over the adaptive windows of the trailing
+    dims, adding the window's elements one by one in row-major order with a
+    rounding after each add: a scatter-add of every element into its
+    window's slot."""
+    ns = len(out_sp)
+    v = x
+    for i in range(ns):
+        v = _adaptive_windows(ctx, v, lead + 2 * i, out_sp[i])
+    ks = [v.shape[lead + 2 * i + 1] for i in range(ns)]
+    # [lead..., o0, k0, o1, k1, ...] -> [lead..., o0, o1, ..., k0 * k1 * ...]
+    perm = list(range(lead)) + [lead + 2 * i for i in range(ns)] + \
+        [lead + 2 * i + 1 for i in range(ns)]
+    base = tuple(x.shape[:lead]) + tuple(out_sp)
+    v = ctx.reshape(ctx.transpose(v, perm), base + (_prod(ks),))
+    idx = ctx.const(0, _S64, v.shape)
+    r = ctx.op("scatter", ctx.const(0, x.dtype, base + (1,)), idx, v, kind=_SCATTER_ADD,
+               ints=(len(base),))
+    return ctx.reshape(r, base)
 
 
 def _adaptive_counts(ctx, shape, dim, n_in, n_out, acc):
@@ -495,10 +564,16 @@ def _adaptive_avg_rule(ns):
         if self.numel() == 0 or 0 in out_sp:
             raise NotLowerable("empty adaptive pooling")
         acc = _acc(self.dtype)
-        v = ctx.convert(ctx.input(self, "self"), acc)
-        for i in range(ns):
-            v = _adaptive_sum(ctx, v, lead + i, out_sp[i])
-        # sum / kh / kw, as the CPU kernel divides
+        if ns == 3 and acc != self.dtype:
+            # PyTorch's CPU kernel sums 3-d windows in scalar_t and divides
+            # in scalar_t too (bf16/f16: a rounding after every step)
+            acc = self.dtype
+            v = _adaptive_sum_sequential(ctx, ctx.input(self, "self"), lead, out_sp)
+        else:
+            v = ctx.convert(ctx.input(self, "self"), acc)
+            for i in range(ns):
+                v = _adaptive_sum(ctx, v, lead + i, out_sp[i])
+        # sum / kd / kh / kw, as the CPU kernel divides
         for i in range(ns):
             v = ctx.binary("divide", v, _adaptive_counts(
                 ctx, v.shape, lead + i, self.shape[lead + i], out_sp[i], acc))
@@ -734,11 +809,20 @@ def _linear_rule(ns):
         sc = _scales(ns, scales, kw)
         op = _acc(self.dtype)
         v = ctx.convert(ctx.input(self, "self"), op)
+        # CPU's generic kernel (linear1d, trilinear3d unless channels-last with
+        # C > 3) stores the lambdas as scalar_t: l1 rounded, l0 = 1 - l1 rounded
+        cl = self.dim() == 5 and self.shape[1] > 3 and \
+            self.is_contiguous(memory_format=torch.channels_last_3d)
+        round_w = op != self.dtype and ns != 2 and not cl
         # innermost dim first: out = w0h * (row h0 along w) + w1h * (row h1 ...)
         for d in reversed(range(ns)):
             dim = 2 + d
             n_in, n_out = self.shape[dim], m.shape[dim]
             i0, i1, l0, l1 = _linear_src(ctx, n_in, n_out, align_corners, sc[d], op)
+            if round_w:
+                l1 = ctx.convert(ctx.convert(l1, self.dtype), op)
+                l0 = ctx.binary("subtract", ctx.const(1, op, l1.shape), l1)
+                l0 = ctx.convert(ctx.convert(l0, self.dtype), op)
             a = _gather_dim(ctx, v, i0, dim)
             b = _gather_dim(ctx, v, i1, dim)
             v = ctx.binary("add", ctx.binary("multiply", a, _along(ctx, l0, a.shape, dim)),
@@ -852,25 +936,24 @@ _ZEROS, _BORDER, _REFLECTION = 0, 1, 2
 def _grid_source(ctx, g, size, padding_mode, align_corners, op):
     """Grid values g (op [N, L]) -> input coordinates along a dim of the
     given size and d coordinate / d g, as PyTorch's CPU kernel computes
-    them (un-normalize, then reflect and/or clip)."""
+    them (un-normalize, then reflect and/or clip), each step rounded to op."""
     shape = g.shape
 
     def c(v):
         return ctx.const(v, op, shape)
 
-    if align_corners:
-        sf = float(torch.tensor(size - 1, dtype=op) / 2)
-        x = ctx.binary("multiply", ctx.binary("add", g, c(1)), c(sf))
-    else:
-        sf = float(torch.tensor(size, dtype=op) / 2)
-        x = ctx.binary("subtract", ctx.binary("multiply", ctx.binary("add", g, c(1)), c(sf)),
-                       c(0.5))
+    # the kernel's constants are scalar_t: size - 1 or size, rounded, then halved
+    n = torch.tensor(size - 1 if align_corners else size, dtype=op)
+    sf = float(n / 2)
+    x = ctx.binary("multiply", ctx.binary("add", g, c(1)), c(sf))
+    if not align_corners:
+        x = ctx.binary("subtract", x, c(0.5))
     mult = c(sf)
     if padding_mode == _REFLECTION:
         if align_corners and size <= 1:
             return c(0), c(0)
         low = 0.0 if align_corners else -0.5
-        span2 = float((size - 1) * 2 if align_corners else size * 2)
+        span2 = float(n * 2)
         t = ctx.binary("subtract", x, c(low)) if low else x
         neg = ctx.compare("lt", t, c(0))
         a = ctx.unary("abs", t)
@@ -909,9 +992,9 @@ def _grid_corner(ctx, xi, yi, h, w):
 
 class _Grid:
     """What grid_sampler_2d and its backward share: coordinates, corners,
-    weights and the input values gathered at the corners."""
+    weights and the input values gathered at the corners, computed in op."""
 
-    def __init__(self, ctx, input, grid, interpolation_mode, padding_mode, align_corners):
+    def __init__(self, ctx, input, grid, interpolation_mode, padding_mode, align_corners, op):
         if interpolation_mode not in (_BILINEAR, _NEAREST):
             raise NotLowerable("bicubic grid sampling")
         if padding_mode not in (_ZEROS, _BORDER, _REFLECTION):
@@ -921,7 +1004,7 @@ class _Grid:
         ho, wo = grid.shape[1:3]
         self.n, self.c, self.h, self.w, self.ho, self.wo = n, c, h, w, ho, wo
         self.L = ho * wo
-        op = self.op = _acc(input.dtype)
+        self.op = op
         gr = ctx.convert(ctx.input(grid, "grid"), op)
         gx = ctx.reshape(ctx.op("slice", gr, ints=(0, 0, 0, 0, n, ho, wo, 1, 1, 1, 1, 1)),
                          (n, self.L))
@@ -975,7 +1058,9 @@ def grid_sampler_2d(ctx, input, grid, interpolation_mode, padding_mode, align_co
                     out=None):
     m = ctx.meta()
     _check_grid(input, grid)
-    gs = _Grid(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
+    # PyTorch's CPU kernel computes in scalar_t (Vectorized<BFloat16> rounds
+    # every step: coordinates, weights, products and the running sum)
+    gs = _Grid(ctx, input, grid, interpolation_mode, padding_mode, align_corners, input.dtype)
     vals = gs.values()
     if gs.bilinear:
         r = None
@@ -995,14 +1080,19 @@ def grid_sampler_2d_backward(ctx, grad_output, input, grid, interpolation_mode, 
     _check_grid(input, grid)
     if grad_output.dtype != input.dtype:
         raise NotLowerable("mixed dtypes")
-    gs = _Grid(ctx, input, grid, interpolation_mode, padding_mode, align_corners)
-    op = gs.op
-    go = ctx.reshape(ctx.convert(ctx.input(grad_output, "grad_output"), op),
-                     (gs.n, gs.c, gs.L))
+    # coordinates and weights as the forward (and CPU) computes them; the
+    # gradients accumulate in opmath and round once
+    gs = _Grid(ctx, input, grid, interpolation_mode, padding_mode, align_corners, input.dtype)
+    op = _acc(input.dtype)
+
+    def cv(v):
+        return ctx.convert(v, op)
+
+    go = ctx.reshape(cv(ctx.input(grad_output, "grad_output")), (gs.n, gs.c, gs.L))
     if output_mask[0]:
         gi = ctx.const(0, op, (gs.n, gs.c, gs.h * gs.w))
         for idx, valid, wt in gs.corners:
-            upd = go if wt is None else ctx.binary("multiply", gs.wide(wt), go)
+            upd = go if wt is None else ctx.binary("multiply", gs.wide(cv(wt)), go)
             upd = ctx.select(gs.wide(valid), upd, ctx.const(0, op, upd.shape))
             gi = ctx.op("scatter", gi, gs.wide(idx), upd, kind=_SCATTER_ADD, ints=(2,))
         ctx.output(ctx.reshape(gi, tuple(input.shape)), like=m[0])
@@ -1010,7 +1100,7 @@ def grid_sampler_2d_backward(ctx, grad_output, input, grid, interpolation_mode, 
         ctx.result_none()
     if output_mask[1]:
         if gs.bilinear:
-            nw, ne, sw, se = gs.values()
+            nw, ne, sw, se = [cv(v) for v in gs.values()]
 
             def sub(a, b):
                 return ctx.binary("subtract", a, b)
@@ -1018,12 +1108,12 @@ def grid_sampler_2d_backward(ctx, grad_output, input, grid, interpolation_mode, 
             def mul(a, b):
                 return ctx.binary("multiply", a, b)
 
-            gx = mul(ctx.binary("add", mul(sub(ne, nw), gs.wide(gs.sd)),
-                                mul(sub(se, sw), gs.wide(gs.nd))), go)
-            gy = mul(ctx.binary("add", mul(sub(sw, nw), gs.wide(gs.ed)),
-                                mul(sub(se, ne), gs.wide(gs.wd))), go)
-            gx = mul(ctx.reduce("sum", gx, [1]), gs.gx_mult)
-            gy = mul(ctx.reduce("sum", gy, [1]), gs.gy_mult)
+            gx = mul(ctx.binary("add", mul(sub(ne, nw), gs.wide(cv(gs.sd))),
+                                mul(sub(se, sw), gs.wide(cv(gs.nd)))), go)
+            gy = mul(ctx.binary("add", mul(sub(sw, nw), gs.wide(cv(gs.ed))),
+                                mul(sub(se, ne), gs.wide(cv(gs.wd)))), go)
+            gx = mul(ctx.reduce("sum", gx, [1]), cv(gs.gx_mult))
+            gy = mul(ctx.reduce("sum", gy, [1]), cv(gs.gy_mult))
             shape = (gs.n, gs.ho, gs.wo, 1)
             gg = ctx.op("concatenate", ctx.reshape(gx, shape), ctx.reshape(gy, shape), ints=(3,))
         else:

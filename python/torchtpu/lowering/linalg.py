@@ -2,9 +2,9 @@
 import torch
 
 from .. import _C
-from .._registry import lowering
+from .._registry import composite, lowering
 from .ctx import NotLowerable
-from .elementwise import _check_dtypes
+from .elementwise import _SUPPORTED, _check_dtypes
 
 _MXU = {torch.float32, torch.bfloat16, torch.float16, torch.float64,
         torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64}
@@ -79,3 +79,55 @@ def addmm(ctx, self, mat1, mat2, *, beta=1, alpha=1, out=None):
         ctx.output_into(prod, out)
     else:
         ctx.output(prod, like=m)
+
+
+# ------------------------------------------------------------------ addr
+
+# The device half of aten::addr (the composite below); on other devices it
+# is aten::addr itself, which gives meta shapes and PyTorch's error messages.
+_LIB = torch.library.Library("torchtpu", "FRAGMENT")
+_LIB.define("addr(Tensor self, Tensor vec1, Tensor vec2, Scalar beta, Scalar alpha) -> Tensor")
+_LIB.impl("addr", lambda self, vec1, vec2, beta, alpha: torch.ops.aten.addr.default(
+    self, vec1, vec2, beta=beta, alpha=alpha), "CompositeExplicitAutograd")
+
+
+@lowering("torchtpu::addr")
+def addr_lowered(ctx, self, vec1, vec2, beta, alpha):
+    """beta * self + (alpha * vec1) (x) vec2 as PyTorch's CPU kernel computes
+    it: in the common dtype itself (bf16 rounds every step; alpha and beta
+    are converted to it first), self ignored when beta converts to zero."""
+    m = ctx.meta()
+    dt = m.dtype
+    shape = tuple(m.shape)
+    a = ctx.convert(ctx.input(vec1, "vec1"), dt)
+    b = ctx.broadcast_in_dim(ctx.convert(ctx.input(vec2, "vec2"), dt), shape, (1,))
+    beta_v = torch.tensor(beta).to(dt)
+    if dt == torch.bool:
+        prod = ctx.op("and", ctx.broadcast_in_dim(a, shape, (0,)), b) if bool(alpha) else \
+            ctx.const(False, dt, shape)
+        if bool(beta_v):
+            s = ctx.broadcast(ctx.convert(ctx.input(self, "self"), dt), shape)
+            prod = ctx.op("or", s, prod)
+    else:
+        a = ctx.binary("multiply", ctx.const(alpha, dt, a.shape), a)
+        prod = ctx.binary("multiply", ctx.broadcast_in_dim(a, shape, (0,)), b)
+        if beta_v.item() != 0:
+            s = ctx.broadcast(ctx.convert(ctx.input(self, "self"), dt), shape)
+            prod = ctx.binary("add", ctx.binary("multiply", ctx.const(beta, dt, shape), s), prod)
+    ctx.output(prod, like=m)
+
+
+_ADDR = torch.ops.torchtpu.addr.default
+_COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+
+
+@composite("aten::addr")
+def addr(self, vec1, vec2, *, beta=1, alpha=1):
+    """The lowered kernel for real dtypes; complex ones take PyTorch's own
+    decomposition (outer, mul, add), which runs on the device."""
+    ts = (self, vec1, vec2)
+    if any(t.dtype not in _SUPPORTED for t in ts) or any(
+            isinstance(s, complex) for s in (beta, alpha)):
+        return torch.ops.aten.addr.default.redispatch(_COMPOSITE, self, vec1, vec2, beta=beta,
+                                                      alpha=alpha)
+    return _ADDR(self, vec1, vec2, beta, alpha)

@@ -894,9 +894,23 @@ def native_group_norm_backward(ctx, grad_out, input, mean, rstd, weight, N, C, H
 # ------------------------------------------------------------- batch norm
 
 
+def _cpu_contiguous(t):
+    """Normalization.cpp's is_contiguous: contiguous or channels-last."""
+    return t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(
+        memory_format=torch.channels_last)) or (t.dim() == 5 and t.is_contiguous(
+            memory_format=torch.channels_last_3d))
+
+
 def _batch_norm(ctx, input, weight, bias, running_mean, running_var, training, m):
     """Emits (output, save_mean, save_invstd) and, when training with
-    running statistics, updates them in place."""
+    running statistics, updates them in place.
+
+    bfloat16 with bfloat16 parameters rounds where PyTorch's CPU kernels do.
+    Contiguous (or channels-last) input: the mean and the sum of squared
+    deviations are kept in bfloat16, the sum divided by n (n - 1) in
+    bfloat16, and the running statistics updated in bfloat16. Other
+    layouts: the mean is rounded before the deviations are taken, and the
+    output is formed op by op in bfloat16 ((x - mean) * invstd * w + b)."""
     _check_dtypes(input, weight, bias, running_mean, running_var)
     _no_complex(input.dtype)
     acc = _opmath(input.dtype)
@@ -905,40 +919,67 @@ def _batch_norm(ctx, input, weight, bias, running_mean, running_var, training, m
         raise NotLowerable(f"batch_norm of a {input.dim()}-d input")
     dims = [0] + list(range(2, input.dim()))
     sdt = _stat_dtype(input, weight, bias, running_mean, running_var)
+    bf16 = sdt == torch.bfloat16
+    contig = _cpu_contiguous(input)
     x = ctx.convert(ctx.input(input, "input"), acc)
     eps = ctx.scalar("eps", acc)
     if training:
         n = _numel(shape, dims)
         mu = _mean(ctx, x, dims)
+        if bf16 and not contig:
+            mu = _round(ctx, mu, sdt)
         d = _sub(ctx, x, _back(ctx, mu, shape, dims))
         m2 = ctx.reduce("sum", _mul(ctx, d, d), dims)
-        var = _div(ctx, m2, float(n))
+        if bf16 and contig:
+            mu = _round(ctx, mu, sdt)
+            m2 = ctx.convert(m2, sdt)
+            var = ctx.convert(_div(ctx, m2, ctx.const(n, sdt)), acc)
+            unbiased = ctx.convert(_div(ctx, m2, ctx.const(n - 1, sdt)), acc)
+        else:
+            var = _div(ctx, m2, float(n))
+            unbiased = _div(ctx, m2, float(n - 1))
         invstd = _div(ctx, 1.0, ctx.unary("sqrt", _add(ctx, var, eps)))
         # running = momentum * batch statistic + (1 - momentum) * running,
         # with the unbiased variance
         for t, name, stat in ((running_mean, "running_mean", mu),
-                              (running_var, "running_var", _div(ctx, m2, float(n - 1)))):
+                              (running_var, "running_var", unbiased)):
             if t is not None:
                 mom = ctx.scalar("momentum", acc)
                 old = ctx.convert(ctx.input(t, name), acc)
-                _update(ctx, _add(ctx, _mul(ctx, stat, mom), _mul(ctx, old, _sub(ctx, 1.0, mom))),
-                        t, name)
+                if bf16 and contig:
+                    # momentum and 1 - momentum in bf16; old * (1 - m)
+                    # rounded, plus mean * m rounded, or plus var * m
+                    keep = _round(ctx, _mul(ctx, old, _round(ctx, _sub(ctx, 1.0, mom), sdt)),
+                                  sdt)
+                    add = _mul(ctx, stat, _round(ctx, mom, sdt))
+                    if name == "running_mean":
+                        add = _round(ctx, add, sdt)
+                    new = _add(ctx, keep, add)
+                else:
+                    new = _add(ctx, _mul(ctx, stat, mom), _mul(ctx, old, _sub(ctx, 1.0, mom)))
+                _update(ctx, new, t, name)
         if sdt != acc:
             # the CPU kernels normalize with the saved statistics, rounded
             mu, invstd = _round(ctx, mu, sdt), _round(ctx, invstd, sdt)
-            d = _sub(ctx, x, _back(ctx, mu, shape, dims))
     else:
         if running_mean is None or running_var is None:
             raise NotLowerable("eval-mode batch_norm without running statistics")
         mu = ctx.convert(ctx.input(running_mean, "running_mean"), acc)
         rv = ctx.convert(ctx.input(running_var, "running_var"), acc)
-        invstd = _div(ctx, 1.0, ctx.unary("sqrt", _add(ctx, rv, eps)))
-        d = _sub(ctx, x, _back(ctx, mu, shape, dims))
-    y = _mul(ctx, d, _back(ctx, invstd, shape, dims))
+        if bf16 and not contig:
+            # 1 / sqrt(running_var + eps) as bf16 tensor ops
+            r = _round(ctx, _add(ctx, rv, ctx.convert(ctx.scalar("eps", sdt), acc)), sdt)
+            r = _round(ctx, ctx.unary("sqrt", r), sdt)
+            invstd = _round(ctx, _div(ctx, 1.0, r), sdt)
+        else:
+            invstd = _div(ctx, 1.0, ctx.unary("sqrt", _add(ctx, rv, eps)))
     w = _affine_param(ctx, weight, "weight", shape, [1], acc)
     b = _affine_param(ctx, bias, "bias", shape, [1], acc)
+    step = (lambda v: _round(ctx, v, sdt)) if bf16 and not contig else (lambda v: v)
+    y = step(_sub(ctx, x, _back(ctx, mu, shape, dims)))
+    y = step(_mul(ctx, y, _back(ctx, invstd, shape, dims)))
     if w is not None:
-        y = _mul(ctx, y, w)
+        y = step(_mul(ctx, y, w))
     if b is not None:
         y = _add(ctx, y, b)
     ctx.output(y, like=m[0])
