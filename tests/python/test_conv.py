@@ -129,6 +129,31 @@ def test_conv_bfloat16_accumulates_in_float32_and_rounds_once():
     assert (err <= exact.abs() * 2.0 ** -8 + 1e-6).all()
 
 
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_conv_transpose_output_padding_past_stride_bfloat16_equals_cpu(dims):
+    """output_padding >= stride (allowed below the dilation): PyTorch's CPU
+    runs slow_conv_transpose, which rounds each kernel tap's column to
+    bf16 and adds the taps in bf16; the tpu result is bitwise CPU's (f16
+    within tolerance), and float32 (one float sum) still matches."""
+    g = torch.Generator().manual_seed(dims)
+    fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[dims]
+    kw = dict(stride=(3, 2, 1)[:dims], padding=(1, 2, 3)[:dims],
+              output_padding=(2, 3, 1)[:dims], groups=2, dilation=4)
+    x = torch.randn((2, 4) + (4, 5, 3)[:dims], generator=g) * 3
+    w = torch.randn((4, 3) + (4, 5, 3)[:dims], generator=g) * 3
+    b = torch.randn(6, generator=g)
+    for dtype in (torch.bfloat16, torch.float16):
+        xs, ws, bs = x.to(dtype), w.to(dtype), b.to(dtype)
+        got = fn(xs.to("tpu"), ws.to("tpu"), bs.to("tpu"), **kw).cpu()
+        if dtype == torch.bfloat16:
+            assert torch.equal(got, fn(xs, ws, bs, **kw))
+        else:
+            torch.testing.assert_close(got, fn(xs, ws, bs, **kw), rtol=2e-3, atol=1e-3)
+    torch.testing.assert_close(fn(x.to("tpu"), w.to("tpu"), b.to("tpu"), **kw).cpu(),
+                               fn(x, w, b, **kw), rtol=1e-5, atol=1e-4)
+    assert _my_fallbacks() == {}
+
+
 def test_conv_noncontiguous_and_channels_last_inputs():
     _compare(CONV["2d"][0], CONV["2d"][1],
              prepare=lambda x: x.transpose(-1, -2).contiguous().transpose(-1, -2)
@@ -294,6 +319,42 @@ def test_upsample_matches_cpu(mode, dims, kw, align_corners, dtype):
              dtype, exact="nearest" in mode)
 
 
+@pytest.mark.parametrize("mode,shape,size", [
+    ("linear", (2, 3, 7), (17,)), ("linear", (2, 3, 9), (4,)),
+    ("trilinear", (2, 3, 5, 4, 6), (9, 7, 11)), ("trilinear", (1, 2, 7, 6, 5), (3, 10, 4))])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_upsample_linear_bfloat16_equals_cpu(mode, shape, size, align_corners):
+    """PyTorch's CPU kernel for linear1d and trilinear3d stores the
+    interpolation weights in bf16 (lambda1 rounded, lambda0 = 1 - lambda1
+    rounded) and interpolates in float: the tpu result is bitwise CPU's."""
+    g = torch.Generator().manual_seed(len(shape))
+    x = (torch.randn(shape, generator=g) * 4).bfloat16()
+    fn = lambda t: F.interpolate(t, size=size, mode=mode, align_corners=align_corners)  # noqa
+    torchtpu.metrics.reset()
+    assert torch.equal(fn(x.to("tpu")).cpu(), fn(x))
+    assert _my_fallbacks() == {}
+
+
+@pytest.mark.parametrize("shape,out", [((2, 3, 8, 8, 8), (5, 7, 4)), ((4, 7, 9, 5), (3, 4, 2)),
+                                       ((1, 2, 20, 24, 22), (2, 1, 3))])
+def test_adaptive_avg_pool3d_bfloat16_equals_cpu(shape, out):
+    """PyTorch's CPU kernel sums 3-d adaptive windows in bf16 (element by
+    element) and divides by kd, kh, kw in bf16: bitwise equal, also for
+    area interpolation and channels-last input."""
+    g = torch.Generator().manual_seed(len(shape))
+    x = (torch.randn(shape, generator=g) * 3 + 1).bfloat16()
+    torchtpu.metrics.reset()
+    assert torch.equal(F.adaptive_avg_pool3d(x.to("tpu"), out).cpu(),
+                       F.adaptive_avg_pool3d(x, out))
+    if x.dim() == 5:
+        cl = x.to(memory_format=torch.channels_last_3d)
+        assert torch.equal(F.adaptive_avg_pool3d(cl.to("tpu"), out).cpu(),
+                           F.adaptive_avg_pool3d(cl, out))
+        assert torch.equal(F.interpolate(x.to("tpu"), size=out, mode="area").cpu(),
+                           F.interpolate(x, size=out, mode="area"))
+    assert _my_fallbacks() == {}
+
+
 def test_upsample_float64_and_out_variant():
     _compare(lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear"), [(1, 2, 5, 4)],
              torch.float64, tol=dict(rtol=1e-12, atol=1e-12))
@@ -351,13 +412,40 @@ def test_grid_sample_matches_cpu(mode, pad, ac, dtype):
              prepare=_spread)
 
 
+def _grid_layouts(n, ho, wo, g):
+    """Grids with PyTorch's three CPU iteration cases: dense, [N, 2, H, W]
+    permuted, and a strided slice."""
+    dense = (torch.rand(n, ho, wo, 2, generator=g) * 2.6 - 1.3)
+    planes = dense.permute(0, 3, 1, 2).contiguous().permute(0, 2, 3, 1)
+    sliced = (torch.rand(n, ho, wo + 3, 2, generator=g) * 2.6 - 1.3)[:, :, 1:wo + 1]
+    return [dense, planes, sliced]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("mode,pad,ac", GRID)
-def test_grid_sample_bfloat16_computes_in_float32(mode, pad, ac):
-    """bf16 grid sampling computes coordinates and weights in float32 and
-    rounds once (PyTorch's CPU kernel computes the coordinates in bf16, far
-    less accurately): the reference is CPU float32 on the same values."""
-    _compare(_grid_sample(mode, pad, ac), [(2, 3, 5, 6), (2, 4, 7, 2)], torch.bfloat16,
-             cpu_dtype=torch.float32, prepare=_spread)
+def test_grid_sample_reduced_precision_equals_cpu(mode, pad, ac, dtype):
+    """PyTorch's CPU kernel computes bf16/f16 grid sampling in the dtype
+    itself, rounding every step (coordinates, weights, products, the sum of
+    the corners); its backward scatters grad_input in its vector order and
+    sums grad_grid channel by channel. Forward and backward are bitwise
+    CPU's, for every grid layout."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 3, 5, 6, generator=g).to(dtype)
+    m = {"bilinear": 0, "nearest": 1}[mode]
+    p = {"zeros": 0, "border": 1, "reflection": 2}[pad]
+    torchtpu.metrics.reset()
+    for grid in _grid_layouts(2, 4, 7, g):
+        grid = grid.to(dtype)
+        gt = torch.empty_strided(grid.shape, grid.stride(), dtype=dtype, device="tpu")
+        gt.copy_(grid)
+        gy = torch.randn(2, 3, 4, 7, generator=g).to(dtype)
+        y = torch.ops.aten.grid_sampler_2d(x.to("tpu"), gt, m, p, ac).cpu()
+        assert torch.equal(y, torch.ops.aten.grid_sampler_2d(x, grid, m, p, ac))
+        got = torch.ops.aten.grid_sampler_2d_backward(gy.to("tpu"), x.to("tpu"), gt, m, p, ac,
+                                                      [True, True])
+        want = torch.ops.aten.grid_sampler_2d_backward(gy, x, grid, m, p, ac, [True, True])
+        assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1])
+    assert _my_fallbacks() == {}
 
 
 def test_grid_sample_bicubic_falls_back_counted():

@@ -375,6 +375,27 @@ def test_index_put_duplicates():
          x.index_put((i,), v, accumulate=True), exact=False)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_index_put_accumulate_rounds_each_add_like_cpu(dtype):
+    """PyTorch's CPU index_put_ with accumulate=True adds the values one by
+    one in index order in the tensor's dtype (`self[i] += v`, rounding
+    every time); so does the tpu, bitwise, also through
+    _unsafe_masked_index_put_accumulate (the decomposition of masked
+    index_put in compiled code)."""
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(4, 6, generator=g) * 8).to(dtype)
+    i = torch.randint(0, 4, (60,), generator=g)
+    j = torch.randint(0, 6, (60,), generator=g)
+    v = (torch.randn(60, 6, generator=g) * 8).to(dtype)
+    same(tpu(x).index_put_((tpu(i),), tpu(v), accumulate=True),
+         x.clone().index_put_((i,), v, accumulate=True))
+    same(tpu(x).index_put_((tpu(i), tpu(j)), tpu(v[:, 0]), accumulate=True),
+         x.clone().index_put_((i, j), v[:, 0], accumulate=True))
+    mask = torch.rand(60, 1, generator=g) > 0.3
+    same(torch.ops.aten._unsafe_masked_index_put_accumulate(tpu(x), tpu(mask), [tpu(i)], tpu(v)),
+         torch.ops.aten._unsafe_masked_index_put_accumulate(x, mask, [i], v))
+
+
 def test_index_add_in_place_through_python():
     x = make((6, 4))
     i = torch.tensor([0, 5, 2])

@@ -591,6 +591,39 @@ def test_batch_norm(nofallback, shape, training, stats):
     check(bt.grad, bc.grad, rtol=1e-4, atol=1e-4)
 
 
+def _bf16_layouts(x):
+    """x as contiguous, channels-last and non-contiguous bfloat16 inputs."""
+    x = x.bfloat16()
+    t = x.transpose(0, 2).contiguous().transpose(0, 2)
+    return {"contiguous": x, "channels_last": x.to(memory_format=torch.channels_last),
+            "strided": t}
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_bfloat16_rounds_like_cpu(nofallback, training):
+    """bf16 batch norm with bf16 parameters rounds where PyTorch's CPU
+    kernels do (contiguous input: mean and sum of squares kept in bf16,
+    divided in bf16, running statistics updated in bf16; other layouts: the
+    output formed op by op in bf16): output, saved statistics and running
+    statistics are bitwise CPU's (contiguous eval mode, x * a + b in float
+    on the CPU, within tolerance)."""
+    x = rand(4, 5, 6, 7, seed=3) * 3 + 2
+    w, b = rand(5, seed=1).bfloat16(), rand(5, seed=2).bfloat16()
+    rm, rv = rand(5, seed=4).bfloat16(), rand(5, seed=5, lo=0.5, hi=2).bfloat16()
+    for name, xx in _bf16_layouts(x).items():
+        for ww, bb in ((w, b), (None, None)):
+            rmc, rvc, rmt, rvt = rm.clone(), rv.clone(), dev(rm), dev(rv)
+            want = A.native_batch_norm(xx, ww, bb, rmc, rvc, training, 0.3, 1e-3)
+            xt = torch.empty_strided(xx.shape, xx.stride(), dtype=xx.dtype, device="tpu")
+            xt.copy_(xx)
+            got = A.native_batch_norm(xt, dev(ww), dev(bb), rmt, rvt, training, 0.3, 1e-3)
+            for o, r in zip(got + (rmt, rvt), want + (rmc, rvc)):
+                if training or name == "strided":
+                    assert torch.equal(o.cpu(), r), name
+                else:
+                    check(o, r, **BF16)
+
+
 def test_batch_norm_variants(nofallback):
     x = rand(4, 3, 6, 5)
     w, b = rand(3, seed=1), rand(3, seed=2)

@@ -103,3 +103,29 @@ def test_elementwise_math_runs_in_fp32_and_rounds_to_bf16():
     ref2 = (xb + xb * 3)
     assert torch.equal(s, ref2)
     assert (s.float() - ref.float()).abs().max() <= (ref.float().abs() * 2.0 ** -7).max()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_addr_rounds_every_step_like_cpu(dtype):
+    """PyTorch's CPU addr computes beta * self + (alpha * vec1) * vec2 in
+    the dtype itself (bf16/f16 round every step, alpha and beta too) and
+    ignores self when beta is zero: bitwise equal; float32 and the other
+    dtypes within their usual tolerance."""
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(33, 40, generator=g) * 4
+    a, b = torch.randn(33, generator=g) * 4, torch.randn(40, generator=g) * 4
+    s[0, 0] = float("nan")
+    for beta, alpha in ((1, 1), (0.3, 1.7), (0, 0.6), (2.5, 1)):
+        args = [t.to(dtype) for t in (s, a, b)]
+        got = torch.addr(*[t.to("tpu") for t in args], beta=beta, alpha=alpha).cpu()
+        assert torch.equal(got.nan_to_num(), torch.addr(*args, beta=beta, alpha=alpha).nan_to_num())
+        got = torch.addr(s.to("tpu"), a.to("tpu"), b.to("tpu"), beta=beta, alpha=alpha).cpu()
+        torch.testing.assert_close(got, torch.addr(s, a, b, beta=beta, alpha=alpha),
+                                   equal_nan=True)
+    i = torch.arange(6)
+    for t in (i.bool(), i):
+        got = torch.addr(t.reshape(2, 3).to("tpu"), t[:2].to("tpu"), t[3:].to("tpu"))
+        assert torch.equal(got.cpu(), torch.addr(t.reshape(2, 3), t[:2], t[3:]))
+    c = torch.randn(3, 4, dtype=torch.complex64)
+    got = torch.addr(c.to("tpu"), c[:, 0].to("tpu"), c[0].to("tpu"), beta=2, alpha=3)
+    torch.testing.assert_close(got.cpu(), torch.addr(c, c[:, 0], c[0], beta=2, alpha=3))

@@ -7,6 +7,12 @@ accumulate in float32 inside the kernel and round once. Pooling is
 ``pad`` + ``reduce_window``; adaptive pooling and upsampling are ``gather``
 along one spatial dimension at a time with index vectors computed in the
 graph from iotas, exactly as PyTorch's CPU kernels compute them.
+
+Where PyTorch's CPU kernel itself rounds to bf16/f16 along the way, the
+rules round at the same places: transposed convolutions with an
+output_padding not below the stride (slow_conv_transpose), 3-d adaptive
+average pooling, the interpolation weights of linear1d/trilinear3d, and
+grid sampling (computed entirely in the dtype).
 """
 import torch
 
@@ -1073,34 +1079,81 @@ def grid_sampler_2d(ctx, input, grid, interpolation_mode, padding_mode, align_co
     _emit(ctx, r, m, {"out": out})
 
 
+def _grid_vec_len(dtype):
+    """Lanes of the Vectorized<scalar_t> of PyTorch's grid sampler CPU
+    kernel: 32-byte vectors (it is not built for AVX512)."""
+    return 32 // torch.tensor([], dtype=dtype).element_size()
+
+
+def _grid_segments(grid):
+    """Length of the runs of output positions PyTorch's CPU kernel walks in
+    vectors: all of them when the grid slice (or its [H, W] with the x and y
+    planes apart) is dense, else each row."""
+    _, ho, wo, _ = grid.shape
+    sh, sw, sc = grid.stride()[1:]
+
+    def dense(sizes, strides):
+        expect = 1
+        for n, st in reversed(list(zip(sizes, strides))):
+            if n != 1 and st != expect:
+                return False
+            expect *= n
+        return True
+
+    if dense((ho, wo, 2), (sh, sw, sc)) or ((sw == 1 or wo == 1) and dense((ho, wo), (sh, sw))):
+        return ho * wo
+    return wo
+
+
+def _in_vector_order(ctx, vs, seg, step):
+    """[N, C, L] values of each corner -> [N, C, K] in the order PyTorch's CPU
+    kernel scatters them: per vector of `step` positions of a run of `seg`,
+    corner by corner, lane by lane (zero padding past each run's end)."""
+    n, c, L = vs[0].shape
+    runs = L // seg
+    nvec = -(-seg // step)
+    out = []
+    for v in vs:
+        v = ctx.reshape(v, (n, c, runs, seg))
+        if nvec * step != seg:
+            v = ctx.op("pad", v, ctx.const(0, v.dtype),
+                       ints=(0, 0, 0, 0, 0, 0, 0, nvec * step - seg, 0, 0, 0, 0))
+        out.append(ctx.reshape(v, (n, c, runs, nvec, 1, step)))
+    v = out[0] if len(out) == 1 else ctx.op("concatenate", *out, ints=(4,))
+    return ctx.reshape(v, (n, c, runs * nvec * len(vs) * step))
+
+
 @lowering("aten::grid_sampler_2d_backward")
 def grid_sampler_2d_backward(ctx, grad_output, input, grid, interpolation_mode, padding_mode,
                              align_corners, output_mask):
+    """As PyTorch's CPU kernel computes it, in the input dtype (bf16 rounds
+    every step): grad_input adds weight * grad_output corner by corner in
+    the kernel's vector order, grad_grid sums its per-channel terms channel
+    by channel."""
     m = ctx.meta()
     _check_grid(input, grid)
     if grad_output.dtype != input.dtype:
         raise NotLowerable("mixed dtypes")
-    # coordinates and weights as the forward (and CPU) computes them; the
-    # gradients accumulate in opmath and round once
     gs = _Grid(ctx, input, grid, interpolation_mode, padding_mode, align_corners, input.dtype)
-    op = _acc(input.dtype)
-
-    def cv(v):
-        return ctx.convert(v, op)
-
-    go = ctx.reshape(cv(ctx.input(grad_output, "grad_output")), (gs.n, gs.c, gs.L))
+    dt = input.dtype
+    go = ctx.reshape(ctx.input(grad_output, "grad_output"), (gs.n, gs.c, gs.L))
     if output_mask[0]:
-        gi = ctx.const(0, op, (gs.n, gs.c, gs.h * gs.w))
+        upds, idxs = [], []
         for idx, valid, wt in gs.corners:
-            upd = go if wt is None else ctx.binary("multiply", gs.wide(cv(wt)), go)
-            upd = ctx.select(gs.wide(valid), upd, ctx.const(0, op, upd.shape))
-            gi = ctx.op("scatter", gi, gs.wide(idx), upd, kind=_SCATTER_ADD, ints=(2,))
+            upd = go if wt is None else ctx.binary("multiply", gs.wide(wt), go)
+            upds.append(ctx.select(gs.wide(valid), upd, ctx.const(0, dt, upd.shape)))
+            idxs.append(gs.wide(idx))
+        seg, step = _grid_segments(grid), _grid_vec_len(dt)
+        upd = _in_vector_order(ctx, upds, seg, step)
+        idx = _in_vector_order(ctx, idxs, seg, step)
+        gi = ctx.op("scatter", ctx.const(0, dt, (gs.n, gs.c, gs.h * gs.w)), idx, upd,
+                    kind=_SCATTER_ADD, ints=(2,))
         ctx.output(ctx.reshape(gi, tuple(input.shape)), like=m[0])
     else:
         ctx.result_none()
     if output_mask[1]:
         if gs.bilinear:
-            nw, ne, sw, se = [cv(v) for v in gs.values()]
+            nw, ne, sw, se = gs.values()
 
             def sub(a, b):
                 return ctx.binary("subtract", a, b)
@@ -1108,16 +1161,23 @@ def grid_sampler_2d_backward(ctx, grad_output, input, grid, interpolation_mode, 
             def mul(a, b):
                 return ctx.binary("multiply", a, b)
 
-            gx = mul(ctx.binary("add", mul(sub(ne, nw), gs.wide(cv(gs.sd))),
-                                mul(sub(se, sw), gs.wide(cv(gs.nd)))), go)
-            gy = mul(ctx.binary("add", mul(sub(sw, nw), gs.wide(cv(gs.ed))),
-                                mul(sub(se, ne), gs.wide(cv(gs.wd)))), go)
-            gx = mul(ctx.reduce("sum", gx, [1]), cv(gs.gx_mult))
-            gy = mul(ctx.reduce("sum", gy, [1]), cv(gs.gy_mult))
+            def channel_sum(v):
+                # sequential over channels: a scatter-add into one slot
+                shape = (gs.n, 1, gs.L)
+                r = ctx.op("scatter", ctx.const(0, dt, shape), ctx.const(0, _S64, v.shape), v,
+                           kind=_SCATTER_ADD, ints=(1,))
+                return ctx.reshape(r, (gs.n, gs.L))
+
+            gx = mul(ctx.binary("add", mul(sub(ne, nw), gs.wide(gs.sd)),
+                                mul(sub(se, sw), gs.wide(gs.nd))), go)
+            gy = mul(ctx.binary("add", mul(sub(sw, nw), gs.wide(gs.ed)),
+                                mul(sub(se, ne), gs.wide(gs.wd))), go)
+            gx = mul(channel_sum(gx), gs.gx_mult)
+            gy = mul(channel_sum(gy), gs.gy_mult)
             shape = (gs.n, gs.ho, gs.wo, 1)
             gg = ctx.op("concatenate", ctx.reshape(gx, shape), ctx.reshape(gy, shape), ints=(3,))
         else:
-            gg = ctx.const(0, op, tuple(grid.shape))
+            gg = ctx.const(0, dt, tuple(grid.shape))
         ctx.output(gg, like=m[1])
     else:
         ctx.result_none()

@@ -3,8 +3,10 @@ dropout and embedding.
 
 Everything computes in "opmath" (float32 for bfloat16/float16, int64 for
 integer sums and products) and rounds once to the dtype PyTorch returns,
-which ``ctx.meta()`` gives. Statistics are two-pass (mean, then the sum of
-squared deviations), reduced with the IR's pairwise/cascade reduce.
+which ``ctx.meta()`` gives, except where PyTorch's CPU kernel rounds on the
+way (bfloat16 batch norm's statistics). Statistics are two-pass (mean, then
+the sum of squared deviations), reduced with the IR's pairwise/cascade
+reduce.
 """
 import math
 import warnings
