@@ -71,6 +71,7 @@ def test_arithmetic(dtype):
     same(at.sum(1, keepdim=True), a.sum(1, keepdim=True))
     same(at.mean(0), a.mean(0))
     same(at @ bt.t(), a @ b.t())
+    same(torch.nn.functional.pad(at, (1, 2, 0, 1)), torch.nn.functional.pad(a, (1, 2, 0, 1)))
     assert torch.equal((at == at.clone()).cpu(), a == a)
     assert torch.equal((at != bt).cpu(), a != b)
     y = at.clone()

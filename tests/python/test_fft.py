@@ -41,6 +41,7 @@ CASES = [
     ("fft", lambda t: torch.fft.fft(t), "complex"),
     ("ifft", lambda t: torch.fft.ifft(t, dim=1), "complex"),
     ("fft2", lambda t: torch.fft.fft2(t), "complex"),
+    ("fft2_padded", lambda t: torch.fft.fft2(t, s=(8, 12)), "complex"),
     ("ifftn", lambda t: torch.fft.ifftn(t, norm="ortho"), "complex"),
     ("rfft2", lambda t: torch.fft.rfft2(t), "real"),
     ("rfftn", lambda t: torch.fft.rfftn(t), "real"),

@@ -300,6 +300,14 @@ def where(condition, self, other):
                     _device(self, other, condition))
 
 
+@_rule("aten::constant_pad_nd")
+def constant_pad_nd(self, pad, value=0):
+    re, im = planes(self, _REAL[self.dtype])
+    value = complex(value)
+    return assemble(torch.constant_pad_nd(re, pad, value.real),
+                    torch.constant_pad_nd(im, pad, value.imag), self.dtype, self.device)
+
+
 @_rule("aten::zero_")
 def zero_(self):
     torch.view_as_real(self).zero_()
