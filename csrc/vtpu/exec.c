@@ -12,6 +12,10 @@
 #include "tpu/vmath.h"
 #include "vtpu_impl.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #define CHUNK TPU_VPU_CHUNK
 #define TASK_CHUNKS 32  /* chunks per LOOP task */
 #define SEG_CHUNKS 64   /* chunks per reduction segment */
@@ -116,6 +120,23 @@ static void store_run(char* base, tpu_dtype_t d, int64_t st, const void* reg,
 #undef STORE_CASE
 }
 
+/* Writes n contiguous f32 values with non-temporal stores: for outputs
+ * larger than the caches, the next kernel reads them from memory anyway,
+ * and skipping the read-for-ownership saves a quarter of the traffic of a
+ * binary op. Returns false when the alignment does not allow it. */
+static bool store_f32_stream(float* p, const float* r, int64_t n) {
+#if defined(__x86_64__)
+  if (((uintptr_t)p & 15) != 0 || (n & 3) != 0) return false;
+  for (int64_t i = 0; i < n; i += 4) _mm_stream_ps(p + i, _mm_loadu_ps(r + i));
+  return true;
+#else
+  (void)p;
+  (void)r;
+  (void)n;
+  return false;
+#endif
+}
+
 /* Iterates the row runs of linear range [start, start+len) of an iteration
  * space; calls fn(ctx, idx (multi-index of the run start), pos, n). */
 typedef struct {
@@ -165,9 +186,9 @@ static void gather(const tpu_exec_ctx_t* x, const space_t* sp,
   }
 }
 
-static void scatter(const tpu_exec_ctx_t* x, const space_t* sp,
-                    const tpu_access_t* a, int64_t start, int64_t len,
-                    const void* reg) {
+static void scatter_ex(const tpu_exec_ctx_t* x, const space_t* sp,
+                       const tpu_access_t* a, int64_t start, int64_t len,
+                       const void* reg, bool stream) {
   char* base = tpu_vtpu_access_base(x, a);
   int32_t es = tpu_dtype_size(a->dtype);
   if (sp->rank == 0) {
@@ -182,7 +203,9 @@ static void scatter(const tpu_exec_ctx_t* x, const space_t* sp,
     int64_t n = sp->dims[inner] - idx[inner];
     if (n > len - pos) n = len - pos;
     int64_t off = a->elem_offset + dot_idx(idx, a->strides, sp->rank);
-    store_run(base + off * es, a->dtype, a->strides[inner], reg, pos, n);
+    if (!(stream && a->dtype == TPU_DTYPE_F32 && a->strides[inner] == 1 &&
+          store_f32_stream((float*)(base + off * es), (const float*)reg + pos, n)))
+      store_run(base + off * es, a->dtype, a->strides[inner], reg, pos, n);
     pos += n;
     idx[inner] += n;
     for (int32_t k = inner; k > 0 && idx[k] >= sp->dims[k]; k--) {
@@ -190,6 +213,12 @@ static void scatter(const tpu_exec_ctx_t* x, const space_t* sp,
       idx[k - 1]++;
     }
   }
+}
+
+static void scatter(const tpu_exec_ctx_t* x, const space_t* sp,
+                    const tpu_access_t* a, int64_t start, int64_t len,
+                    const void* reg) {
+  scatter_ex(x, sp, a, start, len, reg, false);
 }
 
 /* Affine index values (iota, rng counters) over [start, start+len). */
@@ -716,15 +745,50 @@ static inline void* reg_at(char* regs, int32_t r) {
   return regs + (size_t)r * CHUNK * 8;
 }
 
+#define RP_MAX 64
+
+/* The address of a load's chunk when it is one stride-1 run whose dtype is
+ * its own compute type (f32, f64, s32, s64), or NULL. */
+static void* direct_run(const tpu_exec_ctx_t* x, const space_t* sp, const tpu_access_t* a,
+                        int64_t start, int64_t len) {
+  tpu_dtype_t d = a->dtype;
+  if (d != TPU_DTYPE_F32 && d != TPU_DTYPE_F64 && d != TPU_DTYPE_S32 && d != TPU_DTYPE_S64)
+    return NULL;
+  if (sp->rank == 0) return NULL;
+  int64_t idx[TPU_MAX_RANK];
+  unravel(sp, start, idx);
+  int32_t inner = sp->rank - 1;
+  if (sp->dims[inner] - idx[inner] < len || (a->strides[inner] != 1 && len > 1)) return NULL;
+  char* base = tpu_vtpu_access_base(x, a);
+  if (!base) return NULL;
+  int64_t off = a->elem_offset + dot_idx(idx, a->strides, sp->rank);
+  return base + off * tpu_dtype_size(d);
+}
+
 /* Runs prog over [start, start+len) of its space; returns the result
  * register. */
 static void* run_chunk(tpu_exec_ctx_t* x, const tpu_vprogram_t* prog,
                        int64_t start, int64_t len, char* regs,
                        int64_t* scratch_idx) {
   space_t sp = {prog->rank, prog->dims};
+  /* Register pointers: a register normally lives in regs, but a load whose
+   * chunk is one contiguous run already in the compute type is read where
+   * it lies (no copy); the next write to that register moves it back. */
+  void* rp_small[RP_MAX];
+  void** rp = prog->n_regs <= RP_MAX ? rp_small : NULL;
+  if (rp)
+    for (int32_t i = 0; i < prog->n_regs; i++) rp[i] = reg_at(regs, i);
+#define RP(i) (rp ? rp[(i)] : reg_at(regs, (i)))
   for (int32_t pc = 0; pc < prog->n_code; pc++) {
     const tpu_vinstr_t* in = &prog->code[pc];
     void* r = reg_at(regs, in->dst);
+    if (in->vop == TPU_VOP_LOAD && rp) {
+      void* direct = direct_run(x, &sp, &prog->acc[in->acc], start, len);
+      if (direct) {
+        rp[in->dst] = direct;
+        continue;
+      }
+    }
     switch (in->vop) {
       case TPU_VOP_LOAD:
         gather(x, &sp, &prog->acc[in->acc], start, len, r);
@@ -750,7 +814,7 @@ static void* run_chunk(tpu_exec_ctx_t* x, const tpu_vprogram_t* prog,
         rng_run(in, scratch_idx, x->args[in->a].scalar.u, x->args[in->acc2].scalar.u, r, len);
         break;
       case TPU_VOP_UNARY: {
-        const void* a = reg_at(regs, in->a);
+        const void* a = RP(in->a);
         switch ((tpu_ct_t)in->src_ct) {
           case TPU_CT_F32: run_unary_f32(in->op, a, r, len, r); break;
           case TPU_CT_F64:
@@ -770,8 +834,8 @@ static void* run_chunk(tpu_exec_ctx_t* x, const tpu_vprogram_t* prog,
         break;
       }
       case TPU_VOP_BINARY: {
-        const void* a = reg_at(regs, in->a);
-        const void* b = reg_at(regs, in->b);
+        const void* a = RP(in->a);
+        const void* b = RP(in->b);
         if (in->op == TPU_OP_COMPARE) {
           switch ((tpu_ct_t)in->src_ct) {
             case TPU_CT_F32: compare_float(in->kind, a, b, r, len); break;
@@ -795,10 +859,10 @@ static void* run_chunk(tpu_exec_ctx_t* x, const tpu_vprogram_t* prog,
         break;
       }
       case TPU_VOP_SELECT: {
-        const int32_t* p = reg_at(regs, in->a);
+        const int32_t* p = RP(in->a);
         size_t es = in->ct == TPU_CT_F32 || in->ct == TPU_CT_I32 ? 4 : 8;
-        const char* t = reg_at(regs, in->b);
-        const char* f = reg_at(regs, in->c);
+        const char* t = RP(in->b);
+        const char* f = RP(in->c);
         char* o = r;
         if (es == 4) {
           const uint32_t* tt = (const uint32_t*)t;
@@ -814,9 +878,9 @@ static void* run_chunk(tpu_exec_ctx_t* x, const tpu_vprogram_t* prog,
         break;
       }
       case TPU_VOP_CLAMP: {
-        const void* lo = reg_at(regs, in->a);
-        const void* v = reg_at(regs, in->b);
-        const void* hi = reg_at(regs, in->c);
+        const void* lo = RP(in->a);
+        const void* v = RP(in->b);
+        const void* hi = RP(in->c);
         switch ((tpu_ct_t)in->ct) {
           case TPU_CT_F32:
             for (int64_t i = 0; i < len; i++)
@@ -845,23 +909,25 @@ static void* run_chunk(tpu_exec_ctx_t* x, const tpu_vprogram_t* prog,
         break;
       }
       case TPU_VOP_CONVERT:
-        convert_reg(reg_at(regs, in->a), (tpu_ct_t)in->src_ct, (tpu_dtype_t)in->src_dtype,
+        convert_reg(RP(in->a), (tpu_ct_t)in->src_ct, (tpu_dtype_t)in->src_dtype,
                     r, (tpu_ct_t)in->ct, (tpu_dtype_t)in->dtype, len);
         break;
       case TPU_VOP_GATHER:
-        gather_run(x, &sp, &prog->acc[in->acc], start, len, reg_at(regs, in->a),
+        gather_run(x, &sp, &prog->acc[in->acc], start, len, RP(in->a),
                    (tpu_ct_t)in->src_ct, r, scratch_idx);
         break;
       case TPU_VOP_NARROW:
-        if (in->a != in->dst)
-          memcpy(r, reg_at(regs, in->a), (size_t)len * (in->ct == TPU_CT_F32 || in->ct == TPU_CT_I32 ? 4 : 8));
+        if (RP(in->a) != r)
+          memcpy(r, RP(in->a), (size_t)len * (in->ct == TPU_CT_F32 || in->ct == TPU_CT_I32 ? 4 : 8));
         narrow_reg(r, (tpu_ct_t)in->ct, (tpu_dtype_t)in->dtype, len);
         break;
       default:
         break;
     }
+    if (rp) rp[in->dst] = r;
   }
-  return reg_at(regs, prog->result);
+  return RP(prog->result);
+#undef RP
 }
 
 /* Per-thread scratch: registers and an index buffer. */
@@ -875,6 +941,7 @@ typedef struct {
   tpu_exec_ctx_t* x;
   const tpu_vkernel_t* k;
   int64_t n_chunks;
+  bool stream; /* non-temporal stores: the output exceeds the caches */
 } loop_task_t;
 
 static void loop_task(void* ctx, int64_t task, int thread) {
@@ -889,13 +956,17 @@ static void loop_task(void* ctx, int64_t task, int thread) {
     int64_t start = c * CHUNK;
     int64_t len = p->numel - start < CHUNK ? p->numel - start : CHUNK;
     void* res = run_chunk(t->x, p, start, len, regs, idx);
-    scatter(t->x, &sp, &t->k->store, start, len, res);
+    scatter_ex(t->x, &sp, &t->k->store, start, len, res, t->stream);
   }
+#if defined(__x86_64__)
+  if (t->stream) _mm_sfence(); /* order the streaming stores before completion */
+#endif
 }
 
 tpu_status_t tpu_vtpu_run_loop(tpu_exec_ctx_t* x, const tpu_vkernel_t* k) {
   if (k->prog.numel == 0) return NULL;
-  loop_task_t t = {x, k, (k->prog.numel + CHUNK - 1) / CHUNK};
+  loop_task_t t = {x, k, (k->prog.numel + CHUNK - 1) / CHUNK,
+                   k->prog.numel * tpu_dtype_size(k->store.dtype) >= TPU_VPU_STREAM_BYTES};
   int64_t n_tasks = (t.n_chunks + TASK_CHUNKS - 1) / TASK_CHUNKS;
   tpu_pool_run(x->dev->pool, n_tasks, loop_task, &t);
   return NULL;

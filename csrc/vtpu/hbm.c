@@ -468,7 +468,6 @@ static void trim_locked(tpu_hbm_t* h) {
     uint64_t hi = end >> h->page_shift;
     if (lo < hi) release_pages(h, lo, hi);
   }
-  h->freed_since_trim = 0;
 }
 
 void tpu_hbm_trim(tpu_hbm_t* hbm) {
@@ -849,10 +848,11 @@ void tpu_hbm_free(tpu_hbm_t* hbm, void* ptr) {
   if (hbm->cache_limit == 0) {
     if (lo < hi) release_pages(hbm, lo, hi);
   } else {
-    /* keep the pages for the next allocation; release in bulk once
-     * enough has been freed */
-    hbm->freed_since_trim += (span_hi - span_lo) << hbm->page_shift;
-    if (hbm->freed_since_trim > hbm->cache_limit) trim_locked(hbm);
+    /* keep the pages for the next allocation; release them in bulk once
+     * the committed pages that back no live allocation exceed the limit
+     * (counting freed bytes instead would flush the cache every
+     * cache_limit bytes of ordinary alloc/free traffic) */
+    if (hbm->stats.committed > hbm->stats.allocated_dense + hbm->cache_limit) trim_locked(hbm);
   }
   pthread_mutex_unlock(&hbm->mu);
 }

@@ -95,7 +95,6 @@ struct tpu_hbm_s {
    * the last trim; then every fully free page is released. head is the
    * block at offset 0 (never merged away). */
   uint64_t cache_limit;
-  uint64_t freed_since_trim;
   tpu_hbm_block_t* head;
 
   /* capacity, largest_free and free_bytes are filled in by tpu_hbm_stats. */

@@ -20,6 +20,9 @@
 #include "tpu/vtpu.h"
 
 #define TPU_VPU_CHUNK 1024
+/* LOOP outputs of at least this many bytes are written with non-temporal
+ * stores (larger than a core's share of the last-level cache). */
+#define TPU_VPU_STREAM_BYTES (8ll << 20)
 
 /* Register (compute) types: every element type computes in one of these. */
 typedef enum tpu_ct_e {

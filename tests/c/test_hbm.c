@@ -939,11 +939,20 @@ TEST(freed_pages_are_cached_then_trimmed) {
   tpu_hbm_stats(h, &s);
   CHECK_EQ(s.committed, 1 << 20); /* reused, nothing newly committed */
   tpu_hbm_free(h, q);
-  /* freeing more than the cache limit releases everything */
-  for (int i = 0; i < 10; i++) {
+  /* alloc/free traffic far beyond the limit keeps reusing the cached pages */
+  for (int i = 0; i < 40; i++) {
     CHECK_OK(tpu_hbm_alloc(h, 1 << 20, 1 << 20, 0, &q));
+    CHECK(q == p);
     tpu_hbm_free(h, q);
+    tpu_hbm_stats(h, &s);
+    CHECK_EQ(s.committed, 1 << 20);
   }
+  /* more free committed memory than the limit is released */
+  void* many[12];
+  for (int i = 0; i < 12; i++) CHECK_OK(tpu_hbm_alloc(h, 1 << 20, 1 << 20, 0, &many[i]));
+  tpu_hbm_stats(h, &s);
+  CHECK_EQ(s.committed, 12u << 20);
+  for (int i = 0; i < 12; i++) tpu_hbm_free(h, many[i]);
   tpu_hbm_stats(h, &s);
   CHECK(s.committed <= (8u << 20));
   tpu_hbm_trim(h);
