@@ -132,12 +132,9 @@ static tpu_status_t run_item(tpu_stream_t* s, item_t* it) {
   }
 }
 
-static void finish_item(tpu_stream_t* s, item_t* it, tpu_status_t st) {
-  /* release the item's buffers before publishing completion, so memory a
-   * waiter sees as freed is really free */
-  uint64_t seq = it->seq;
-  item_free(s, it);
-  pthread_mutex_lock(&s->mu);
+/* With mu held: keeps the first error (owned) for the next synchronization
+ * and publishes the completion of work item seq. */
+static void complete_locked(tpu_stream_t* s, uint64_t seq, tpu_status_t st) {
   if (st) {
     if (!s->error) {
       s->error = st;
@@ -148,6 +145,15 @@ static void finish_item(tpu_stream_t* s, item_t* it, tpu_status_t st) {
   }
   __atomic_store_n(&s->completed, seq, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&s->done_cv);
+}
+
+static void finish_item(tpu_stream_t* s, item_t* it, tpu_status_t st) {
+  /* release the item's buffers before publishing completion, so memory a
+   * waiter sees as freed is really free */
+  uint64_t seq = it->seq;
+  item_free(s, it);
+  pthread_mutex_lock(&s->mu);
+  complete_locked(s, seq, st);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -349,16 +355,7 @@ static bool try_inline(tpu_stream_t* s, tpu_executable_t* exe, const tpu_arg_t* 
   tpu_fpenv_leave(env);
   pthread_mutex_lock(&s->mu);
   s->inline_busy = false;
-  if (st) {
-    if (!s->error) {
-      s->error = st;
-      s->error_seq = seq;
-    } else {
-      tpu_status_free(st);
-    }
-  }
-  __atomic_store_n(&s->completed, seq, __ATOMIC_RELEASE);
-  pthread_cond_broadcast(&s->done_cv);
+  complete_locked(s, seq, st);
   if (s->head && s->worker_waiting) pthread_cond_signal(&s->work_cv);
   pthread_mutex_unlock(&s->mu);
   return true;

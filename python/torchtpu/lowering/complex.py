@@ -323,28 +323,21 @@ def fill_(self, value):
     return self
 
 
-@_rule("aten::sum", "aten::sum.dim_IntList")
-def sum_(self, dim=None, keepdim=False, *, dtype=None):
-    out_dtype = dtype or self.dtype
-    part = _REAL[out_dtype]
-    re, im = planes(self, part)
-    if dim is None:
-        r, i = re.sum(), im.sum()
-    else:
-        r, i = re.sum(dim, keepdim), im.sum(dim, keepdim)
-    return assemble(r, i, out_dtype, self.device)
+def _reduce_planes(name):
+    """sum/mean: each plane reduced alone (both are linear)."""
+    def rule(self, dim=None, keepdim=False, *, dtype=None):
+        out_dtype = dtype or self.dtype
+        re, im = planes(self, _REAL[out_dtype])
+        if dim is None:
+            r, i = getattr(re, name)(), getattr(im, name)()
+        else:
+            r, i = getattr(re, name)(dim, keepdim), getattr(im, name)(dim, keepdim)
+        return assemble(r, i, out_dtype, self.device)
+    return rule
 
 
-@_rule("aten::mean", "aten::mean.dim")
-def mean(self, dim=None, keepdim=False, *, dtype=None):
-    out_dtype = dtype or self.dtype
-    part = _REAL[out_dtype]
-    re, im = planes(self, part)
-    if dim is None:
-        r, i = re.mean(), im.mean()
-    else:
-        r, i = re.mean(dim, keepdim), im.mean(dim, keepdim)
-    return assemble(r, i, out_dtype, self.device)
+_RULES["aten::sum"] = _RULES["aten::sum.dim_IntList"] = _reduce_planes("sum")
+_RULES["aten::mean"] = _RULES["aten::mean.dim"] = _reduce_planes("mean")
 
 
 @_rule("aten::eq.Tensor", "aten::eq.Scalar")
