@@ -12,7 +12,9 @@ Where PyTorch's CPU kernel itself rounds to bf16/f16 along the way, the
 rules round at the same places: transposed convolutions with an
 output_padding not below the stride (slow_conv_transpose), 3-d adaptive
 average pooling, the interpolation weights of linear1d/trilinear3d, and
-grid sampling (computed entirely in the dtype).
+grid sampling (computed entirely in the dtype, in the CPU kernels' order;
+the float32/float64 2-d kernel's fused multiply-adds are computed as such
+where its grid gradient is sensitive to them).
 """
 import torch
 
@@ -61,6 +63,29 @@ def _emit(ctx, v, m, kw):
             ctx.output_into(v, t, name)
             return
     ctx.output(v, like=m)
+
+
+def _emit_empty(ctx, m, kw):
+    """An empty single result, after the CPU kernel's own checks: for
+    empty tensor arguments the meta kernels accept some calls the CPU
+    kernel rejects, so the op runs on empty CPU stand-ins (no data)."""
+    def stand_in(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
+        if isinstance(x, (list, tuple)):
+            return type(x)(stand_in(e) for e in x)
+        return x
+
+    if all(t.numel() == 0 for t in ctx.tensors if isinstance(t, torch.Tensor)):
+        args = [stand_in(a) for a in ctx.args]
+        kwargs = {k: stand_in(v) for k, v in ctx.kwargs.items()}
+        try:
+            ctx.overload(*args, **kwargs)
+        except Exception as e:
+            raise e.with_traceback(None) from None
+    if m.numel() != 0:
+        raise NotLowerable("empty input, non-empty result")
+    _emit(ctx, ctx.const(0, m.dtype, tuple(m.shape)), m, kw)
 
 
 def _prod(xs):
@@ -567,8 +592,9 @@ def _adaptive_avg_rule(ns):
         if lead not in (1, 2):
             raise NotLowerable(f"{self.dim()}-d input")
         out_sp = tuple(m.shape[lead:])
-        if self.numel() == 0 or 0 in out_sp:
-            raise NotLowerable("empty adaptive pooling")
+        if self.numel() == 0 or m.numel() == 0:
+            _emit_empty(ctx, m, {"out": out})
+            return
         acc = _acc(self.dtype)
         if ns == 3 and acc != self.dtype:
             # PyTorch's CPU kernel sums 3-d windows in scalar_t and divides
@@ -620,8 +646,11 @@ def _adaptive_avg_backward_rule(ns):
         _float_inputs("adaptive_avg_pool backward", grad_output, self)
         m = ctx.meta()
         lead = self.dim() - ns
-        if lead not in (1, 2) or self.numel() == 0:
+        if lead not in (1, 2):
             raise NotLowerable(f"{self.dim()}-d input")
+        if self.numel() == 0:
+            _emit_empty(ctx, m, {"out": out})
+            return
         acc = _acc(self.dtype)
         g = ctx.convert(ctx.input(grad_output, "grad_output"), acc)
         out_sp = grad_output.shape[lead:]
@@ -877,8 +906,11 @@ def im2col(ctx, self, kernel_size, dilation, padding, stride, *, out=None):
     _float_inputs("im2col", self)
     m = ctx.meta()
     k, d, p, s = _im2col_args(kernel_size, dilation, padding, stride)
-    if self.dim() not in (3, 4) or self.numel() == 0:
-        raise NotLowerable("empty or malformed im2col")
+    if self.dim() not in (3, 4):
+        raise NotLowerable("malformed im2col")
+    if self.numel() == 0 or m.numel() == 0:
+        _emit_empty(ctx, m, {"out": out})
+        return
     x = ctx.input(self, "self")
     if self.dim() == 3:
         x = ctx.reshape(x, (1,) + x.shape)
@@ -905,8 +937,11 @@ def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride, *, ou
     _float_inputs("col2im", self)
     m = ctx.meta()
     k, d, p, s = _im2col_args(kernel_size, dilation, padding, stride)
-    if self.dim() not in (2, 3) or self.numel() == 0:
-        raise NotLowerable("empty or malformed col2im")
+    if self.dim() not in (2, 3):
+        raise NotLowerable("malformed col2im")
+    if self.numel() == 0 or m.numel() == 0:
+        _emit_empty(ctx, m, {"out": out})
+        return
     h, w = m.shape[-2:]
     oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
     ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
@@ -935,104 +970,260 @@ def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride, *, ou
 
 # ------------------------------------------------------------ grid_sample
 
-_BILINEAR, _NEAREST = 0, 1
+_BILINEAR, _NEAREST, _BICUBIC = 0, 1, 2
 _ZEROS, _BORDER, _REFLECTION = 0, 1, 2
+_CUBIC_A = -0.75    # the cubic convolution constant of PyTorch's kernels
 
 
-def _grid_source(ctx, g, size, padding_mode, align_corners, op):
-    """Grid values g (op [N, L]) -> input coordinates along a dim of the
-    given size and d coordinate / d g, as PyTorch's CPU kernel computes
-    them (un-normalize, then reflect and/or clip), each step rounded to op."""
-    shape = g.shape
+def _sizes(t):
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
-    def c(v):
-        return ctx.const(v, op, shape)
 
-    # the kernel's constants are scalar_t: size - 1 or size, rounded, then halved
+def _check_grid(input, grid, ns):
+    """PyTorch's grid_sampler shape checks, with its messages (the meta
+    kernels skip some of them), then what the rules handle."""
+    if input.dim() < 1 or grid.dim() < 1:
+        raise NotLowerable("0-d grid_sampler arguments")
+    if input.shape[0] != grid.shape[0]:
+        raise RuntimeError(f"grid_sampler(): expected grid and input to have same batch size, "
+                           f"but got input with sizes {_sizes(input)} and grid with sizes "
+                           f"{_sizes(grid)}")
+    if grid.shape[-1] != input.dim() - 2:
+        raise RuntimeError(f"grid_sampler(): expected grid to have size {input.dim() - 2} in "
+                           f"last dimension, but got grid with sizes {_sizes(grid)}")
+    for i in range(2, input.dim()):
+        if input.shape[i] == 0:
+            raise RuntimeError(f"grid_sampler(): expected input to have non-empty spatial "
+                               f"dimensions, but input has sizes {_sizes(input)} with dimension "
+                               f"{i} being empty")
+    if input.dim() != ns + 2 or grid.dim() != ns + 2:
+        raise RuntimeError(f"grid_sampler(): expected {ns + 2}D input and grid with same number "
+                           f"of dimensions, but got input with sizes {_sizes(input)} and grid "
+                           f"with sizes {_sizes(grid)}")
+    _float_inputs(f"grid_sampler_{ns}d", input, grid)
+    if input.dtype != grid.dtype:
+        raise NotLowerable("mixed dtypes")
+
+
+def _check_modes(interpolation_mode, padding_mode, ns):
+    if interpolation_mode not in ((_BILINEAR, _NEAREST, _BICUBIC) if ns == 2
+                                  else (_BILINEAR, _NEAREST)):
+        raise NotLowerable(f"interpolation mode {interpolation_mode}")
+    if padding_mode not in (_ZEROS, _BORDER, _REFLECTION):
+        raise NotLowerable(f"padding mode {padding_mode}")
+
+
+class _Arith:
+    """Elementwise IR arithmetic in one dtype on values of one shape (each
+    operation rounds to the dtype, as PyTorch's kernels for it do)."""
+
+    def __init__(self, ctx, dtype, shape):
+        self.ctx, self.dtype, self.shape = ctx, dtype, tuple(shape)
+
+    def c(self, v):
+        return self.ctx.const(v, self.dtype, self.shape)
+
+    def _v(self, a):
+        return a if not isinstance(a, (int, float)) else self.c(a)
+
+    def add(self, a, b):
+        return self.ctx.binary("add", self._v(a), self._v(b))
+
+    def sub(self, a, b):
+        return self.ctx.binary("subtract", self._v(a), self._v(b))
+
+    def mul(self, a, b):
+        return self.ctx.binary("multiply", self._v(a), self._v(b))
+
+    def div(self, a, b):
+        return self.ctx.binary("divide", self._v(a), self._v(b))
+
+    def cmp(self, direction, a, b):
+        return self.ctx.compare(direction, self._v(a), self._v(b))
+
+    def select(self, p, a, b):
+        return self.ctx.select(p, self._v(a), self._v(b))
+
+
+def _fused(dtype):
+    """Whether PyTorch's vectorized CPU kernels fuse a multiply and the add
+    of its result into one rounding for dtype: float32/float64 vector
+    arithmetic is contracted to FMA instructions by the compiler; the
+    bf16/f16 vectors convert and round around every operation."""
+    return dtype in (torch.float32, torch.float64)
+
+
+def _fma(ctx, x, y, z):
+    """x * y + z rounded once (float32/float64 values of one shape), from
+    error-free transformations: the product split exactly into p + e
+    (Veltkamp-Dekker), p + z into s + t (Knuth's two-sum), then s + (t + e),
+    which differs from a fused multiply-add only in near-ties rarer than
+    one in 2**22 roundings (and past the dtype's range / 4097: the plain
+    rounded sum)."""
+    a = _Arith(ctx, x.dtype, x.shape)
+    split = 4097.0 if x.dtype == torch.float32 else 134217729.0
+
+    def halves(v):
+        t = a.mul(v, split)
+        hi = a.sub(t, a.sub(t, v))
+        return hi, a.sub(v, hi)
+
+    p = a.mul(x, y)
+    xh, xl = halves(x)
+    yh, yl = halves(y)
+    e = a.add(a.add(a.add(a.sub(a.mul(xh, yh), p), a.mul(xh, yl)), a.mul(xl, yh)),
+              a.mul(xl, yl))
+    s = a.add(p, z)
+    bb = a.sub(s, p)
+    t = a.add(a.sub(p, a.sub(s, bb)), a.sub(z, bb))
+    r = a.add(s, a.add(t, e))
+    return ctx.select(ctx.unary("is_finite", r), r, s)     # inf, NaN: the plain sum
+
+
+def _grid_unnormalize(ctx, g, size, align_corners, op):
+    """Grid values g (op [N, L]) -> input coordinates as the vectorized CPU
+    kernel computes them, and d coordinate / d g. Its constants are
+    scalar_t: size - 1 or size, rounded, then halved."""
+    a = _Arith(ctx, op, g.shape)
     n = torch.tensor(size - 1 if align_corners else size, dtype=op)
     sf = float(n / 2)
-    x = ctx.binary("multiply", ctx.binary("add", g, c(1)), c(sf))
-    if not align_corners:
-        x = ctx.binary("subtract", x, c(0.5))
-    mult = c(sf)
+    if align_corners:
+        x = a.mul(a.add(g, 1), sf)
+    elif _fused(op):
+        x = _fma(ctx, a.add(g, 1), a.c(sf), a.c(-0.5))
+    else:
+        x = a.sub(a.mul(a.add(g, 1), sf), 0.5)
+    return x, a.c(sf)
+
+
+def _grid_pad(ctx, x, size, padding_mode, align_corners, mult=None):
+    """Coordinates x reflected and/or clipped as the vectorized CPU kernel
+    does for the padding mode (ComputeLocation), and the gradient multiplier
+    mult updated (when given)."""
+    a = _Arith(ctx, x.dtype, x.shape)
     if padding_mode == _REFLECTION:
         if align_corners and size <= 1:
-            return c(0), c(0)
+            return a.c(0), (None if mult is None else a.c(0))
         low = 0.0 if align_corners else -0.5
-        span2 = float(n * 2)
-        t = ctx.binary("subtract", x, c(low)) if low else x
-        neg = ctx.compare("lt", t, c(0))
-        a = ctx.unary("abs", t)
-        flips = ctx.unary("floor", ctx.binary("divide", a, c(span2)))
-        extra = ctx.binary("subtract", a, ctx.binary("multiply", flips, c(span2)))
-        refl = ctx.binary("subtract", c(span2), extra)
-        more = ctx.compare("gt", extra, refl)
-        x = ctx.select(more, refl, extra)
+        span2 = float(torch.tensor(size - 1 if align_corners else size, dtype=x.dtype) * 2)
+        t = a.sub(x, low) if low else x
+        neg = a.cmp("lt", t, 0)
+        ab = ctx.unary("abs", t)
+        flips = ctx.unary("floor", a.div(ab, span2))
+        extra = a.sub(ab, a.mul(flips, span2))
+        refl = a.sub(span2, extra)
+        more = a.cmp("gt", extra, refl)
+        x = a.select(more, refl, extra)
         if low:
-            x = ctx.binary("add", x, c(low))
-        mult = ctx.select(ctx.compare("ne", more, neg), ctx.unary("negate", mult), mult)
+            x = a.add(x, low)
+        if mult is not None:
+            mult = a.select(ctx.compare("ne", more, neg), ctx.unary("negate", mult), mult)
     if padding_mode in (_BORDER, _REFLECTION):
-        hi = c(size - 1)
-        inside = ctx.op("and", ctx.compare("gt", x, c(0)), ctx.compare("lt", x, hi))
-        x = ctx.select(ctx.compare("gt", x, c(0)), x, c(0))      # NaN clamps to 0
-        x = ctx.select(ctx.compare("lt", x, hi), x, hi)
-        mult = ctx.select(inside, mult, c(0))
+        hi = a.c(size - 1)
+        inside = ctx.op("and", a.cmp("gt", x, 0), a.cmp("lt", x, hi))
+        x = a.select(a.cmp("gt", x, 0), x, 0)      # NaN clamps to 0
+        x = a.select(a.cmp("lt", x, hi), x, hi)
+        if mult is not None:
+            mult = a.select(inside, mult, 0)
     return x, mult
 
 
 def _grid_corner(ctx, xi, yi, h, w):
-    """Flat index (s64 [N, L]) of integral-valued float coordinates and
-    whether they lie inside the input (index 0 when not)."""
-    op, shape = xi.dtype, xi.shape
+    """Flat index (s64 [N, L]) of integral-valued float (or s64)
+    coordinates and whether they lie inside the input (index 0 when not)."""
+    xi, yi = ctx.convert(xi, _S64), ctx.convert(yi, _S64)
+    a = _Arith(ctx, _S64, xi.shape)
+    valid = ctx.op("and", ctx.op("and", a.cmp("gt", xi, -1), a.cmp("lt", xi, w)),
+                   ctx.op("and", a.cmp("gt", yi, -1), a.cmp("lt", yi, h)))
+    xs, ys = a.select(valid, xi, 0), a.select(valid, yi, 0)
+    return a.add(a.mul(ys, w), xs), valid
 
-    def c(v):
-        return ctx.const(v, op, shape)
 
-    valid = ctx.op("and", ctx.op("and", ctx.compare("gt", xi, c(-1)), ctx.compare("lt", xi, c(w))),
-                   ctx.op("and", ctx.compare("gt", yi, c(-1)), ctx.compare("lt", yi, c(h))))
-    xs = ctx.convert(ctx.select(valid, xi, c(0)), _S64)
-    ys = ctx.convert(ctx.select(valid, yi, c(0)), _S64)
-    idx = ctx.binary("add", ctx.binary("multiply", ys, ctx.const(w, _S64, shape)), xs)
-    return idx, valid
+def _cubic_coefficients(ctx, t):
+    """The cubic convolution weights of the four taps at fraction t, in the
+    vectorized CPU kernel's operation order (get_cubic_coefficients; the
+    compiler fuses the inner taps' multiply-adds, not the outer taps',
+    where both operands of each add are products)."""
+    a = _Arith(ctx, t.dtype, t.shape)
+    A = _CUBIC_A
+
+    def outer(x):       # 1 < x < 2
+        return a.sub(a.mul(a.add(a.mul(a.sub(a.mul(x, A), 5 * A), x), 8 * A), x), 4 * A)
+
+    def inner(x):       # x <= 1: ((A + 2) * x - (A + 3)) * x * x + 1
+        if _fused(t.dtype):
+            u = a.mul(_fma(ctx, x, a.c(A + 2), a.c(-(A + 3))), x)
+            return _fma(ctx, u, x, a.c(1))
+        return a.add(a.mul(a.mul(a.sub(a.mul(x, A + 2), A + 3), x), x), 1)
+
+    return [outer(a.add(t, 1)), inner(t), inner(a.sub(1, t)), outer(a.sub(2, t))]
+
+
+def _cubic_coefficients_grad(ctx, t):
+    """d coefficient / d t of the four taps (get_cubic_coefficients_grad)."""
+    a = _Arith(ctx, t.dtype, t.shape)
+    A = _CUBIC_A
+    x0, x1, x2, x3 = a.sub(-1, t), ctx.unary("negate", t), a.sub(1, t), a.sub(2, t)
+    return [a.sub(a.mul(a.sub(a.mul(x0, -3 * A), 10 * A), x0), 8 * A),
+            a.mul(a.sub(a.mul(x1, -3 * (A + 2)), 2 * (A + 3)), x1),
+            a.mul(a.sub(a.mul(x2, 3 * (A + 2)), 2 * (A + 3)), x2),
+            a.add(a.mul(a.sub(a.mul(x3, 3 * A), 10 * A), x3), 8 * A)]
 
 
 class _Grid:
-    """What grid_sampler_2d and its backward share: coordinates, corners,
-    weights and the input values gathered at the corners, computed in op."""
+    """What grid_sampler_2d and its backward share: coordinates, corners
+    (taps), weights and the input values gathered at them, computed in op
+    like PyTorch's vectorized CPU kernel (ApplyGridSample)."""
 
     def __init__(self, ctx, input, grid, interpolation_mode, padding_mode, align_corners, op):
-        if interpolation_mode not in (_BILINEAR, _NEAREST):
-            raise NotLowerable("bicubic grid sampling")
-        if padding_mode not in (_ZEROS, _BORDER, _REFLECTION):
-            raise NotLowerable(f"padding mode {padding_mode}")
+        _check_modes(interpolation_mode, padding_mode, 2)
         self.ctx = ctx
         n, c, h, w = input.shape
         ho, wo = grid.shape[1:3]
         self.n, self.c, self.h, self.w, self.ho, self.wo = n, c, h, w, ho, wo
         self.L = ho * wo
         self.op = op
+        self.mode = interpolation_mode
         gr = ctx.convert(ctx.input(grid, "grid"), op)
         gx = ctx.reshape(ctx.op("slice", gr, ints=(0, 0, 0, 0, n, ho, wo, 1, 1, 1, 1, 1)),
                          (n, self.L))
         gy = ctx.reshape(ctx.op("slice", gr, ints=(0, 0, 0, 1, n, ho, wo, 2, 1, 1, 1, 1)),
                          (n, self.L))
-        self.x, self.gx_mult = _grid_source(ctx, gx, w, padding_mode, align_corners, op)
-        self.y, self.gy_mult = _grid_source(ctx, gy, h, padding_mode, align_corners, op)
         self.inp = ctx.reshape(ctx.convert(ctx.input(input, "input"), op), (n, c, h * w))
-        self.bilinear = interpolation_mode == _BILINEAR
-        shape = (n, self.L)
-        if self.bilinear:
-            one = ctx.const(1, op, shape)
+        a = _Arith(ctx, op, (n, self.L))
+        x, self.gx_mult = _grid_unnormalize(ctx, gx, w, align_corners, op)
+        y, self.gy_mult = _grid_unnormalize(ctx, gy, h, align_corners, op)
+        if interpolation_mode == _BICUBIC:
+            # taps at floor(x) - 1 .. floor(x) + 2, each padded on its own;
+            # the multipliers stay the unnormalizing scales
+            x0, y0 = ctx.unary("floor", x), ctx.unary("floor", y)
+            tx, ty = a.sub(x, x0), a.sub(y, y0)
+            self.cx, self.cy = _cubic_coefficients(ctx, tx), _cubic_coefficients(ctx, ty)
+            self.tx, self.ty = tx, ty
+            xs = [_grid_pad(ctx, x0 if i == 1 else a.add(x0, i - 1), w, padding_mode,
+                            align_corners)[0] for i in range(4)]
+            ys = [_grid_pad(ctx, y0 if j == 1 else a.add(y0, j - 1), h, padding_mode,
+                            align_corners)[0] for j in range(4)]
+            # corner k = 4 * i + j: x tap i, y tap j (the kernel's loop order)
+            self.corners = [(*_grid_corner(ctx, xs[i], ys[j], h, w), None)
+                            for i in range(4) for j in range(4)]
+            return
+        self.x, self.gx_mult = _grid_pad(ctx, x, w, padding_mode, align_corners, self.gx_mult)
+        self.y, self.gy_mult = _grid_pad(ctx, y, h, padding_mode, align_corners, self.gy_mult)
+        if interpolation_mode == _BILINEAR:
             x_w, y_n = ctx.unary("floor", self.x), ctx.unary("floor", self.y)
-            self.wd = ctx.binary("subtract", self.x, x_w)
-            self.ed = ctx.binary("subtract", one, self.wd)
-            self.nd = ctx.binary("subtract", self.y, y_n)
-            self.sd = ctx.binary("subtract", one, self.nd)
+            self.wd = a.sub(self.x, x_w)
+            self.ed = a.sub(1, self.wd)
+            self.nd = a.sub(self.y, y_n)
+            self.sd = a.sub(1, self.nd)
+            # the corners' indices are integers (exact past bf16's 256)
+            x_w, y_n = ctx.convert(x_w, _S64), ctx.convert(y_n, _S64)
+            one = ctx.const(1, _S64, x_w.shape)
             x_e, y_s = ctx.binary("add", x_w, one), ctx.binary("add", y_n, one)
             corners = [(x_w, y_n, self.sd, self.ed), (x_e, y_n, self.sd, self.wd),
                        (x_w, y_s, self.nd, self.ed), (x_e, y_s, self.nd, self.wd)]
-            self.corners = [(*_grid_corner(ctx, xi, yi, h, w), ctx.binary("multiply", a, b))
-                            for xi, yi, a, b in corners]
+            self.corners = [(*_grid_corner(ctx, xi, yi, h, w), a.mul(p, q))
+                            for xi, yi, p, q in corners]
         else:
             xr = ctx.unary("round_nearest_even", self.x)
             yr = ctx.unary("round_nearest_even", self.y)
@@ -1052,27 +1243,64 @@ class _Grid:
         return out
 
 
-def _check_grid(input, grid):
-    _float_inputs("grid_sampler_2d", input, grid)
-    if input.dim() != 4 or grid.dim() != 4 or grid.shape[-1] != 2 or input.numel() == 0 \
-            or grid.numel() == 0 or input.dtype != grid.dtype:
-        raise NotLowerable("malformed or empty grid_sampler_2d")
+def _sum_terms(ctx, terms, dim, in_order=True):
+    """The terms (values of one shape) summed over dim and each other.
+    in_order: one add after another with a rounding after each, index by
+    index along dim, term by term at each index (a scatter-add into one
+    slot); else a tree reduction."""
+    shape = terms[0].shape
+    if not in_order:
+        v = terms[0]
+        for t in terms[1:]:
+            v = ctx.binary("add", v, t)
+        return ctx.reduce("sum", v, [dim])
+    if len(terms) > 1:
+        wide = shape[:dim + 1] + (1,) + shape[dim + 1:]
+        v = ctx.op("concatenate", *[ctx.reshape(t, wide) for t in terms], ints=(dim + 1,))
+        v = ctx.reshape(v, shape[:dim] + (len(terms) * shape[dim],) + shape[dim + 1:])
+    else:
+        v = terms[0]
+    slot = shape[:dim] + (1,) + shape[dim + 1:]
+    r = ctx.op("scatter", ctx.const(0, v.dtype, slot), ctx.const(0, _S64, v.shape), v,
+               kind=_SCATTER_ADD, ints=(dim,))
+    return ctx.reshape(r, shape[:dim] + shape[dim + 1:])
+
+
+def _zeros_result(ctx, like):
+    ctx.output(ctx.const(0, like.dtype, tuple(like.shape)), like=like)
 
 
 @lowering("aten::grid_sampler_2d", "aten::grid_sampler_2d.out")
 def grid_sampler_2d(ctx, input, grid, interpolation_mode, padding_mode, align_corners, *,
                     out=None):
+    _check_grid(input, grid, 2)
     m = ctx.meta()
-    _check_grid(input, grid)
+    if m.numel() == 0:
+        _emit(ctx, ctx.const(0, m.dtype, tuple(m.shape)), m, {"out": out})
+        return
     # PyTorch's CPU kernel computes in scalar_t (Vectorized<BFloat16> rounds
-    # every step: coordinates, weights, products and the running sum)
+    # every step: coordinates, weights, products and the running sums)
     gs = _Grid(ctx, input, grid, interpolation_mode, padding_mode, align_corners, input.dtype)
     vals = gs.values()
-    if gs.bilinear:
+    a = _Arith(ctx, gs.op, (gs.n, gs.c, gs.L))
+    if gs.mode == _BICUBIC:
+        # each row along x, then the rows along y
+        rows = []
+        for j in range(4):
+            r = None
+            for i in range(4):
+                t = a.mul(gs.wide(gs.cx[i]), vals[4 * i + j])
+                r = t if r is None else a.add(r, t)
+            rows.append(r)
+        r = None
+        for j in range(4):
+            t = a.mul(gs.wide(gs.cy[j]), rows[j])
+            r = t if r is None else a.add(r, t)
+    elif gs.mode == _BILINEAR:
         r = None
         for v, (_, _, wt) in zip(vals, gs.corners):
-            t = ctx.binary("multiply", v, gs.wide(wt))
-            r = t if r is None else ctx.binary("add", r, t)
+            t = a.mul(v, gs.wide(wt))
+            r = t if r is None else a.add(r, t)
     else:
         r = vals[0]
     r = ctx.reshape(r, (gs.n, gs.c, gs.ho, gs.wo))
@@ -1123,25 +1351,46 @@ def _in_vector_order(ctx, vs, seg, step):
     return ctx.reshape(v, (n, c, runs * nvec * len(vs) * step))
 
 
+def _grid_backward_empty(ctx, m, output_mask):
+    for i in range(2):
+        if i == 0 and not output_mask[0]:
+            ctx.result_none()
+        else:
+            _zeros_result(ctx, m[i])
+
+
+def _expected_grad_output(grad_output, input, grid):
+    if tuple(grad_output.shape) != tuple(input.shape[:2]) + tuple(grid.shape[1:-1]):
+        raise NotLowerable("grad_output of another shape")
+    if grad_output.dtype != input.dtype:
+        raise NotLowerable("mixed dtypes")
+
+
 @lowering("aten::grid_sampler_2d_backward")
 def grid_sampler_2d_backward(ctx, grad_output, input, grid, interpolation_mode, padding_mode,
                              align_corners, output_mask):
     """As PyTorch's CPU kernel computes it, in the input dtype (bf16 rounds
     every step): grad_input adds weight * grad_output corner by corner in
     the kernel's vector order, grad_grid sums its per-channel terms channel
-    by channel."""
+    by channel (bicubic: channel by channel, tap by tap)."""
+    _check_grid(input, grid, 2)
     m = ctx.meta()
-    _check_grid(input, grid)
-    if grad_output.dtype != input.dtype:
-        raise NotLowerable("mixed dtypes")
+    _expected_grad_output(grad_output, input, grid)
+    if grad_output.numel() == 0:
+        _grid_backward_empty(ctx, m, output_mask)
+        return
     gs = _Grid(ctx, input, grid, interpolation_mode, padding_mode, align_corners, input.dtype)
     dt = input.dtype
+    a = _Arith(ctx, dt, (gs.n, gs.c, gs.L))
     go = ctx.reshape(ctx.input(grad_output, "grad_output"), (gs.n, gs.c, gs.L))
     if output_mask[0]:
         upds, idxs = [], []
-        for idx, valid, wt in gs.corners:
-            upd = go if wt is None else ctx.binary("multiply", gs.wide(wt), go)
-            upds.append(ctx.select(gs.wide(valid), upd, ctx.const(0, dt, upd.shape)))
+        for k, (idx, valid, wt) in enumerate(gs.corners):
+            if gs.mode == _BICUBIC:
+                upd = a.mul(a.mul(go, gs.wide(gs.cx[k // 4])), gs.wide(gs.cy[k % 4]))
+            else:
+                upd = go if wt is None else a.mul(gs.wide(wt), go)
+            upds.append(a.select(gs.wide(valid), upd, 0))
             idxs.append(gs.wide(idx))
         seg, step = _grid_segments(grid), _grid_vec_len(dt)
         upd = _in_vector_order(ctx, upds, seg, step)
@@ -1151,33 +1400,235 @@ def grid_sampler_2d_backward(ctx, grad_output, input, grid, interpolation_mode, 
         ctx.output(ctx.reshape(gi, tuple(input.shape)), like=m[0])
     else:
         ctx.result_none()
-    if output_mask[1]:
-        if gs.bilinear:
-            nw, ne, sw, se = gs.values()
+    if gs.mode == _NEAREST:
+        _zeros_result(ctx, m[1])
+        return
+    vals = gs.values()
+    # float32/float64: the kernel's fused multiply-adds make its sum's
+    # roundings differ anyway; a tree sum is as close and much faster
+    in_order = not _fused(dt)
+    if gs.mode == _BICUBIC:
+        cxg = _cubic_coefficients_grad(ctx, gs.tx)
+        cyg = _cubic_coefficients_grad(ctx, gs.ty)
+        tx, ty = [], []
+        for k, v in enumerate(vals):
+            i, j = divmod(k, 4)
+            vg = a.mul(v, go)
+            tx.append(a.mul(a.mul(vg, gs.wide(cxg[i])), gs.wide(gs.cy[j])))
+            ty.append(a.mul(a.mul(vg, gs.wide(cyg[j])), gs.wide(gs.cx[i])))
+        # gx = gx - term, channel by channel, tap by tap
+        gx = _sum_terms(ctx, [ctx.unary("negate", t) for t in tx], 1, in_order)
+        gy = _sum_terms(ctx, [ctx.unary("negate", t) for t in ty], 1, in_order)
+    else:
+        nw, ne, sw, se = vals
+        gx = a.mul(a.add(a.mul(a.sub(ne, nw), gs.wide(gs.sd)),
+                         a.mul(a.sub(se, sw), gs.wide(gs.nd))), go)
+        gy = a.mul(a.add(a.mul(a.sub(sw, nw), gs.wide(gs.ed)),
+                         a.mul(a.sub(se, ne), gs.wide(gs.wd))), go)
+        gx, gy = _sum_terms(ctx, [gx], 1, in_order), _sum_terms(ctx, [gy], 1, in_order)
+    gx = ctx.binary("multiply", gx, gs.gx_mult)
+    gy = ctx.binary("multiply", gy, gs.gy_mult)
+    shape = (gs.n, gs.ho, gs.wo, 1)
+    gg = ctx.op("concatenate", ctx.reshape(gx, shape), ctx.reshape(gy, shape), ints=(3,))
+    ctx.output(gg, like=m[1])
 
-            def sub(a, b):
-                return ctx.binary("subtract", a, b)
 
-            def mul(a, b):
-                return ctx.binary("multiply", a, b)
+# -------------------------------------------------------- grid_sample 3-d
 
-            def channel_sum(v):
-                # sequential over channels: a scatter-add into one slot
-                shape = (gs.n, 1, gs.L)
-                r = ctx.op("scatter", ctx.const(0, dt, shape), ctx.const(0, _S64, v.shape), v,
-                           kind=_SCATTER_ADD, ints=(1,))
-                return ctx.reshape(r, (gs.n, gs.L))
-
-            gx = mul(ctx.binary("add", mul(sub(ne, nw), gs.wide(gs.sd)),
-                                mul(sub(se, sw), gs.wide(gs.nd))), go)
-            gy = mul(ctx.binary("add", mul(sub(sw, nw), gs.wide(gs.ed)),
-                                mul(sub(se, ne), gs.wide(gs.wd))), go)
-            gx = mul(channel_sum(gx), gs.gx_mult)
-            gy = mul(channel_sum(gy), gs.gy_mult)
-            shape = (gs.n, gs.ho, gs.wo, 1)
-            gg = ctx.op("concatenate", ctx.reshape(gx, shape), ctx.reshape(gy, shape), ints=(3,))
+def _grid_source_scalar(ctx, g, size, padding_mode, align_corners, set_grad):
+    """Grid values g ([N, L]) -> input coordinates as PyTorch's scalar CPU
+    code computes them (grid_sampler_compute_source_index, or its _set_grad
+    form with d coordinate / d g), each operation in g's dtype."""
+    op = g.dtype
+    a = _Arith(ctx, op, g.shape)
+    if align_corners:
+        x = a.mul(a.div(a.add(g, 1), 2), size - 1)
+        mult = a.c(float(torch.tensor(size - 1, dtype=op) / 2))
+    else:
+        x = a.div(a.sub(a.mul(a.add(g, 1), size), 1), 2)
+        mult = a.c(float(torch.tensor(size, dtype=op) / 2))
+    if padding_mode == _REFLECTION:
+        lo2, hi2 = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+        if lo2 == hi2:
+            x, mult = a.c(0), a.c(0)
         else:
-            gg = ctx.const(0, dt, tuple(grid.shape))
-        ctx.output(gg, like=m[1])
+            low = float(torch.tensor(lo2, dtype=op) / 2)
+            span = float(torch.tensor(hi2 - lo2, dtype=op) / 2)
+            t = a.sub(x, low) if low else x
+            neg = a.cmp("lt", t, 0)
+            t = ctx.unary("abs", t)
+            extra = ctx.binary("remainder", t, a.c(span))
+            flips = ctx.unary("floor", a.div(t, span))
+            odd = a.cmp("ne", ctx.binary("remainder", flips, a.c(2)), 0)
+            x = a.select(odd, a.sub(span, extra), extra)
+            if low:
+                x = a.add(x, low)
+            mult = a.select(ctx.compare("ne", odd, neg), ctx.unary("negate", mult), mult)
+    if padding_mode in (_BORDER, _REFLECTION):
+        top = a.c(size - 1)
+        if set_grad:
+            # in <= 0 -> 0, in >= max -> max (gradient 0), else in (NaN too)
+            low, high = a.cmp("le", x, 0), a.cmp("ge", x, top)
+            x = a.select(low, 0, a.select(high, top, x))
+            mult = a.select(ctx.op("or", low, high), 0, mult)
+        else:
+            # std::min(max, std::max(in, 0)): NaN becomes max
+            x = a.select(a.cmp("lt", x, 0), 0, x)
+            x = a.select(a.cmp("lt", x, top), x, top)
+    return x, mult
+
+
+class _Grid3:
+    """What grid_sampler_3d and its backward share, as PyTorch's scalar CPU
+    kernel computes them in scalar_t (bf16/f16: a rounding after every
+    operation): coordinates, the corners, their weights and values."""
+
+    def __init__(self, ctx, input, grid, interpolation_mode, padding_mode, align_corners,
+                 set_grad):
+        _check_modes(interpolation_mode, padding_mode, 3)
+        self.ctx = ctx
+        n, c, d, h, w = input.shape
+        do, ho, wo = grid.shape[1:4]
+        self.n, self.c, self.L = n, c, do * ho * wo
+        self.op = op = input.dtype
+        self.mode = interpolation_mode
+        self.sizes = (w, h, d)
+        gr = ctx.input(grid, "grid")
+        coords, mults = [], []
+        for k in range(3):
+            g = ctx.op("slice", gr, ints=(0, 0, 0, 0, k, n, do, ho, wo, k + 1) + (1,) * 5)
+            x, mult = _grid_source_scalar(ctx, ctx.reshape(g, (n, self.L)), self.sizes[k],
+                                          padding_mode, align_corners, set_grad)
+            coords.append(x)
+            mults.append(mult)
+        self.mults = mults
+        self.inp = ctx.reshape(ctx.input(input, "input"), (n, c, d * h * w))
+        shape = (n, self.L)
+        a = _Arith(ctx, op, shape)
+        one = ctx.const(1, _S64, shape)
+        if interpolation_mode == _NEAREST:
+            ints = [ctx.convert(ctx.unary("round_nearest_even", x), _S64) for x in coords]
+            self.corners = [(*self._index(ints), None)]
+            return
+        lo = [ctx.unary("floor", x) for x in coords]
+        ilo = [ctx.convert(v, _S64) for v in lo]
+        ihi = [ctx.binary("add", v, one) for v in ilo]
+        # weights along each dim: [to the far corner, from the near one]
+        self.wt = [(a.sub(a.add(lo[k], 1), coords[k]), a.sub(coords[k], lo[k]))
+                   for k in range(3)]
+        # corners t/b (z) outermost, then n/s (y), then w/e (x)
+        self.corners = []
+        for dz in range(2):
+            for dy in range(2):
+                for dx in range(2):
+                    ints = [(ilo, ihi)[dx][0], (ilo, ihi)[dy][1], (ilo, ihi)[dz][2]]
+                    wx, wy, wz = self.wt[0][dx], self.wt[1][dy], self.wt[2][dz]
+                    self.corners.append((*self._index(ints), a.mul(a.mul(wx, wy), wz),
+                                         (dx, dy, dz)))
+
+    def _index(self, ints):
+        """Flat index and validity of s64 x, y, z coordinates."""
+        ctx = self.ctx
+        shape = ints[0].shape
+        valid = None
+        for v, size in zip(ints, self.sizes):
+            ok = ctx.op("and", ctx.compare("ge", v, ctx.const(0, _S64, shape)),
+                        ctx.compare("lt", v, ctx.const(size, _S64, shape)))
+            valid = ok if valid is None else ctx.op("and", valid, ok)
+        zero = ctx.const(0, _S64, shape)
+        x, y, z = [ctx.select(valid, v, zero) for v in ints]
+        w, h, _ = self.sizes
+        idx = ctx.binary("add", ctx.binary("multiply", ctx.binary(
+            "add", ctx.binary("multiply", z, ctx.const(h, _S64, shape)), y),
+            ctx.const(w, _S64, shape)), x)
+        return idx, valid
+
+    def wide(self, v):
+        """[N, L] -> [N, C, L]."""
+        return self.ctx.broadcast_in_dim(v, (self.n, self.c, self.L), (0, 2))
+
+    def values(self):
+        """Input values at each corner ([N, C, L], zero outside)."""
+        ctx = self.ctx
+        out = []
+        for idx, valid, *_ in self.corners:
+            v = ctx.op("gather", self.inp, self.wide(idx), ints=(2,))
+            out.append(ctx.select(self.wide(valid), v, ctx.const(0, self.op, v.shape)))
+        return out
+
+
+@lowering("aten::grid_sampler_3d", "aten::grid_sampler_3d.out")
+def grid_sampler_3d(ctx, input, grid, interpolation_mode, padding_mode, align_corners, *,
+                    out=None):
+    """Trilinear or nearest sampling of [N, C, D, H, W]: the scalar CPU
+    kernel's sums corner by corner in scalar_t."""
+    _check_grid(input, grid, 3)
+    m = ctx.meta()
+    if m.numel() == 0:
+        _emit(ctx, ctx.const(0, m.dtype, tuple(m.shape)), m, {"out": out})
+        return
+    gs = _Grid3(ctx, input, grid, interpolation_mode, padding_mode, align_corners, False)
+    a = _Arith(ctx, gs.op, (gs.n, gs.c, gs.L))
+    vals = gs.values()
+    if gs.mode == _BILINEAR:
+        r = None
+        for v, (_, _, wt, _) in zip(vals, gs.corners):
+            t = a.mul(v, gs.wide(wt))
+            r = t if r is None else a.add(r, t)
+    else:
+        r = vals[0]
+    _emit(ctx, ctx.reshape(r, tuple(m.shape)), m, {"out": out})
+
+
+@lowering("aten::grid_sampler_3d_backward")
+def grid_sampler_3d_backward(ctx, grad_output, input, grid, interpolation_mode, padding_mode,
+                             align_corners, output_mask):
+    """As the scalar CPU kernel computes it in scalar_t: grad_input adds
+    weight * grad_output position by position, corner by corner; grad_grid
+    sums its terms channel by channel, corner by corner."""
+    _check_grid(input, grid, 3)
+    m = ctx.meta()
+    _expected_grad_output(grad_output, input, grid)
+    if grad_output.numel() == 0:
+        _grid_backward_empty(ctx, m, output_mask)
+        return
+    gs = _Grid3(ctx, input, grid, interpolation_mode, padding_mode, align_corners, True)
+    dt = gs.op
+    n, c, L = gs.n, gs.c, gs.L
+    a = _Arith(ctx, dt, (n, c, L))
+    go = ctx.reshape(ctx.input(grad_output, "grad_output"), (n, c, L))
+    if output_mask[0]:
+        upds, idxs = [], []
+        for idx, valid, wt, *_ in gs.corners:
+            upd = go if wt is None else a.mul(gs.wide(wt), go)
+            upds.append(ctx.reshape(a.select(gs.wide(valid), upd, 0), (n, c, L, 1)))
+            idxs.append(ctx.reshape(gs.wide(idx), (n, c, L, 1)))
+        k = len(upds)
+        if k > 1:
+            upds = [ctx.op("concatenate", *upds, ints=(3,))]
+            idxs = [ctx.op("concatenate", *idxs, ints=(3,))]
+        size = _prod(input.shape[2:])
+        gi = ctx.op("scatter", ctx.const(0, dt, (n, c, size)),
+                    ctx.reshape(idxs[0], (n, c, L * k)), ctx.reshape(upds[0], (n, c, L * k)),
+                    kind=_SCATTER_ADD, ints=(2,))
+        ctx.output(ctx.reshape(gi, tuple(input.shape)), like=m[0])
     else:
         ctx.result_none()
+    if gs.mode == _NEAREST:
+        _zeros_result(ctx, m[1])
+        return
+    vals = gs.values()
+    terms = [[], [], []]
+    for v, (_, _, _, pos) in zip(vals, gs.corners):
+        for k in range(3):
+            # the value times the other two dims' weights times grad_output,
+            # added for the far corner along dim k, subtracted for the near
+            o1, o2 = [j for j in range(3) if j != k]
+            t = a.mul(a.mul(a.mul(v, gs.wide(gs.wt[o1][pos[o1]])), gs.wide(gs.wt[o2][pos[o2]])),
+                      go)
+            terms[k].append(t if pos[k] else ctx.unary("negate", t))
+    gg = []
+    for k in range(3):
+        s = _sum_terms(ctx, terms[k], 1)
+        gg.append(ctx.reshape(ctx.binary("multiply", gs.mults[k], s), tuple(grid.shape[:4]) + (1,)))
+    ctx.output(ctx.op("concatenate", *gg, ints=(4,)), like=m[1])
