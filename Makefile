@@ -11,7 +11,7 @@ CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Icsrc/include -Ic
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 CFLAGS_DEBUG := $(CFLAGS_COMMON) -O1 -g $(SAN)
 
-.PHONY: setup build demo test test-c test-py test-tsan bench clean
+.PHONY: setup build demo test test-c test-py test-tsan bench ops clean
 
 setup:
 	bash tools/setup.sh
@@ -56,6 +56,12 @@ test-tsan: $(BUILD)/tsan/test_runtime
 
 test-py:
 	$(PYTHON) -m pytest -q tests/python
+
+# the full OpInfo sweep (float32 + bfloat16, every sample; a few minutes on
+# 2 cores): regenerates docs/ops.md and the expected-failure list CI checks
+ops: setup
+	$(PYTHON) -m tests.opinfo.runner --out docs/ops.md --dtypes float32,bfloat16 --jobs 2 \
+	  --snapshot --write-expected tests/opinfo/expected_failures.txt
 
 bench: setup
 	$(PYTHON) bench/run_all.py
