@@ -76,25 +76,6 @@ def set_mode(torchtpu, debug):
     em.set_defer_mode(mode)
 
 
-def time_loop(loop, values, n, reps, sync=None):
-    """Runs loop(n, *values) reps times. Returns (median seconds per
-    iteration including a final sync, median seconds per iteration until the
-    loop returned). Without sync both are the same."""
-    total, ret = [], []
-    for _ in range(reps):
-        if sync:
-            sync()
-        t0 = time.perf_counter()
-        loop(n, *values)
-        t1 = time.perf_counter()
-        if sync:
-            sync()
-        t2 = time.perf_counter()
-        total.append((t2 - t0) / n)
-        ret.append((t1 - t0) / n)
-    return median(total), median(ret)
-
-
 def time_interleaved(cases, n, reps, sync=None, before=None):
     """Times several loops in round-robin, so that load from other processes
     hits all of them alike. cases: [(name, loop, values, mode)], where mode

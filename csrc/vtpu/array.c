@@ -104,6 +104,14 @@ static inline int64_t geti(const void* p, tpu_ct_t ct, int64_t i) {
   }
 }
 
+/* Advances the row-major multi-index idx over dims. */
+static inline void next_index(int64_t* idx, const int64_t* dims, int32_t rank) {
+  for (int32_t d = rank - 1; d >= 0; d--) {
+    if (++idx[d] < dims[d]) break;
+    idx[d] = 0;
+  }
+}
+
 static inline void copy_elem(void* dst, int64_t di, const void* src, int64_t si, size_t es) {
   memcpy((char*)dst + (size_t)di * es, (const char*)src + (size_t)si * es, es);
 }
@@ -145,10 +153,7 @@ static tpu_status_t run_pad(tpu_exec_ctx_t* x, const tpu_vkernel_t* k) {
       off += p * ocs[d];
     }
     if (inside) copy_elem(out, off, in, e, es);
-    for (int32_t d = r - 1; d >= 0; d--) {
-      if (++idx[d] < k->opnd_dims[0][d]) break;
-      idx[d] = 0;
-    }
+    next_index(idx, k->opnd_dims[0], r);
   }
   store_dense(x, k, out, ct);
   free(in);
@@ -220,10 +225,7 @@ static tpu_status_t run_scatter(tpu_exec_ctx_t* x, const tpu_vkernel_t* k) {
 #undef APPLY
       }
     }
-    for (int32_t d = r - 1; d >= 0; d--) {
-      if (++idx[d] < k->opnd_dims[1][d]) break;
-      idx[d] = 0;
-    }
+    next_index(idx, k->opnd_dims[1], r);
   }
   (void)es;
   store_dense(x, k, op, ct);
@@ -436,10 +438,7 @@ static tpu_status_t run_reduce_window(tpu_exec_ctx_t* x, const tpu_vkernel_t* k)
         }
         have = true;
       }
-      for (int32_t d = r - 1; d >= 0; d--) {
-        if (++widx[d] < w[d]) break;
-        widx[d] = 0;
-      }
+      next_index(widx, w, r);
     }
     switch (oct) {
       case TPU_CT_I64:
@@ -462,10 +461,7 @@ static tpu_status_t run_reduce_window(tpu_exec_ctx_t* x, const tpu_vkernel_t* k)
         break;
       }
     }
-    for (int32_t d = r - 1; d >= 0; d--) {
-      if (++oidx[d] < k->out_dims[d]) break;
-      oidx[d] = 0;
-    }
+    next_index(oidx, k->out_dims, r);
   }
   store_dense(x, k, out, oct);
   free(in);
@@ -531,15 +527,9 @@ static tpu_status_t run_convolution(tpu_exec_ctx_t* x, const tpu_vkernel_t* k) {
               ((float*)col)[row + p] = inside ? ((const float*)in)[src] : 0.0f;
             else
               ((double*)col)[row + p] = inside ? ((const double*)in)[src] : 0.0;
-            for (int32_t d = ns - 1; d >= 0; d--) {
-              if (++pidx[d] < k->out_dims[2 + d]) break;
-              pidx[d] = 0;
-            }
+            next_index(pidx, k->out_dims + 2, ns);
           }
-          for (int32_t d = ns - 1; d >= 0; d--) {
-            if (++kidx[d] < wd[2 + d]) break;
-            kidx[d] = 0;
-          }
+          next_index(kidx, wd + 2, ns);
         }
       }
       /* out[n, g*Og:(g+1)*Og, :] = W_g[Og, Cg*K] @ col[Cg*K, P] */

@@ -935,6 +935,11 @@ static char* thread_regs(const tpu_exec_ctx_t* x, int thread) {
   return (char*)x->dev->regs + (size_t)thread * (size_t)x->dev->regs_cap;
 }
 
+/* The index scratch after a thread's registers (CHUNK int64s). */
+static int64_t* thread_scratch(const tpu_exec_ctx_t* x, char* regs) {
+  return (int64_t*)(regs + (size_t)x->exe->max_regs * CHUNK * 8);
+}
+
 /* ---------------------------------------------------------------- LOOP */
 
 typedef struct {
@@ -948,7 +953,7 @@ static void loop_task(void* ctx, int64_t task, int thread) {
   loop_task_t* t = ctx;
   const tpu_vprogram_t* p = &t->k->prog;
   char* regs = thread_regs(t->x, thread);
-  int64_t* idx = (int64_t*)(regs + (size_t)t->x->exe->max_regs * CHUNK * 8);
+  int64_t* idx = thread_scratch(t->x, regs);
   space_t sp = {p->rank, p->dims};
   int64_t c0 = task * TASK_CHUNKS, c1 = c0 + TASK_CHUNKS;
   if (c1 > t->n_chunks) c1 = t->n_chunks;
@@ -1126,7 +1131,7 @@ static void row_task(void* ctx, int64_t task, int thread) {
   const tpu_vprogram_t* p = &k->prog;
   tpu_ct_t ct = p->result_ct;
   char* regs = thread_regs(t->x, thread);
-  int64_t* idx = (int64_t*)(regs + (size_t)t->x->exe->max_regs * CHUNK * 8);
+  int64_t* idx = thread_scratch(t->x, regs);
   int64_t seg_len = (int64_t)SEG_CHUNKS * CHUNK;
   int64_t o0, o1, s0, s1;
   if (t->n_segs > 1) {
@@ -1166,7 +1171,7 @@ static void col_task(void* ctx, int64_t task, int thread) {
   const tpu_vprogram_t* p = &k->prog;
   tpu_ct_t ct = p->result_ct;
   char* regs = thread_regs(t->x, thread);
-  int64_t* idx = (int64_t*)(regs + (size_t)t->x->exe->max_regs * CHUNK * 8);
+  int64_t* idx = thread_scratch(t->x, regs);
   acc_t* outp = t->partials;
   int64_t o0 = task * CHUNK;
   int64_t len = k->kept - o0 < CHUNK ? k->kept - o0 : CHUNK;
@@ -1250,7 +1255,7 @@ static void arg_row_task(void* ctx, int64_t o, int thread) {
   const tpu_vkernel_t* k = t->k;
   const tpu_vprogram_t* p = &k->prog;
   char* regs = thread_regs(t->x, thread);
-  int64_t* scratch = (int64_t*)(regs + (size_t)t->x->exe->max_regs * CHUNK * 8);
+  int64_t* scratch = thread_scratch(t->x, regs);
   bool is_max = k->reduce == TPU_REDUCE_ARGMAX;
   double best = 0;
   int64_t bi = 0;
@@ -1273,7 +1278,7 @@ static void arg_col_task(void* ctx, int64_t task, int thread) {
   const tpu_vkernel_t* k = t->k;
   const tpu_vprogram_t* p = &k->prog;
   char* regs = thread_regs(t->x, thread);
-  int64_t* scratch = (int64_t*)(regs + (size_t)t->x->exe->max_regs * CHUNK * 8);
+  int64_t* scratch = thread_scratch(t->x, regs);
   bool is_max = k->reduce == TPU_REDUCE_ARGMAX;
   int64_t o0 = task * CHUNK;
   int64_t len = k->kept - o0 < CHUNK ? k->kept - o0 : CHUNK;

@@ -107,10 +107,7 @@ def run_fallback(op, args, kwargs, reason=""):
     factory = _device_kw(kwargs)
     if factory:
         cpu_kwargs["device"] = torch.device("cpu")
-    # torchtpu's own copy_ (dtype conversions it cannot lower, e.g. to
-    # complex) runs as aten's copy_ on the host copies
-    cpu_op = torch.ops.aten.copy_.default if name == "torchtpu::copy_" else op
-    out = cpu_op(*cpu_args, **cpu_kwargs)
+    out = op(*cpu_args, **cpu_kwargs)
     # write mutated inputs (and mutated tensor lists) back
     for key, orig in mutated.items():
         new = cpu_args[key] if isinstance(key, int) else cpu_kwargs[key]

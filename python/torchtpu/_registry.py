@@ -12,11 +12,13 @@ arguments, precision) and reuses the compiled executable on a hit.
 Arguments named in ``runtime`` are Python scalars passed to the executable
 at run time (a learning rate, alpha), not baked into the program.
 """
+import warnings
+
 import torch
 
 from . import _C
 from ._fallback import run_fallback
-from .lowering.ctx import LowerCtx, NotLowerable
+from .lowering.ctx import LowerCtx, NotLowerable, to_meta
 
 _LIBS = {}      # namespace -> torch.library.Library
 _OPS = {}       # "aten::name.overload" -> _C.Op
@@ -65,14 +67,6 @@ def _make_lower(name, rule, overload, pos_names, kinds):
     return lower
 
 
-def _to_meta(x):
-    if isinstance(x, torch.Tensor) and x.device.type == "tpu":
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to_meta(e) for e in x)
-    return x
-
-
 def _with_out_resize(op, overload, out_names):
     """out= overloads: PyTorch resizes `out` to the result's shape before
     writing (warning when it had elements). The cached program is built for
@@ -82,8 +76,8 @@ def _with_out_resize(op, overload, out_names):
     def kernel(*args, **kwargs):
         outs = [kwargs.get(n) for n in out_names]
         if any(isinstance(o, torch.Tensor) and o.device.type == "tpu" for o in outs):
-            meta_kwargs = {k: _to_meta(v) for k, v in kwargs.items()}
-            overload(*[_to_meta(a) for a in args], **meta_kwargs)
+            meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
+            overload(*[to_meta(a) for a in args], **meta_kwargs)
             for n, o in zip(out_names, outs):
                 want = meta_kwargs[n]
                 if isinstance(o, torch.Tensor) and (o.shape != want.shape):
@@ -146,6 +140,60 @@ def composite(*names):
 
 
 _COMPOSITES = {}
+
+
+def meta_check(overload, args, kwargs):
+    """PyTorch's argument checks for a call, run on meta stand-ins (skipped
+    where the meta kernel would need data, as for boolean masks)."""
+    try:
+        overload(*to_meta(list(args), True), **{k: to_meta(v, True) for k, v in kwargs.items()})
+    except NotImplementedError:
+        pass
+
+
+def resize_out(out, shape):
+    """Resizes an out= tensor to shape as PyTorch's resize_output does,
+    warning when it had elements."""
+    shape = tuple(shape)
+    if tuple(out.shape) == shape:
+        return
+    if out.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape "
+            f"{list(out.shape)}, which does not match the required output shape "
+            f"{list(shape)}. This behavior is deprecated, and in a future PyTorch release "
+            "outputs will not be resized unless they have zero elements. You can explicitly "
+            "reuse an out tensor t by resizing it, inplace, to zero elements with "
+            "t.resize_(0).", UserWarning, stacklevel=3)
+    out.resize_(shape)
+
+
+def out_variant(out_name, functional, dtype_from_out=False):
+    """Registers out_name (an out= overload) as a composite: PyTorch's meta
+    kernel checks the out= tensors (dtype rules, argument errors), then the
+    functional op runs and its results are copied into the outputs, resized
+    like resize_output does. The resize happens on every call, not only when
+    a program is lowered; out= calls are rare. dtype_from_out: the op's
+    dtype= argument defaults to the output's dtype."""
+    out_ov = _overload(out_name)
+    outs = [a.name for a in out_ov._schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write]
+
+    def kernel(*args, **kwargs):
+        targets = [kwargs.pop(n) for n in outs]
+        meta_check(out_ov, args, dict(kwargs, **{
+            n: torch.empty(0, dtype=t.dtype, device="meta") for n, t in zip(outs, targets)}))
+        if dtype_from_out and kwargs.get("dtype") is None:
+            kwargs["dtype"] = targets[0].dtype
+        res = functional(*args, **kwargs)
+        res = res if isinstance(res, (tuple, list)) else (res,)
+        for t, r in zip(targets, res):
+            resize_out(t, r.shape)
+            if t.numel():
+                t.copy_(r)
+        return targets[0] if len(targets) == 1 else tuple(targets)
+
+    composite(out_name)(kernel)
 
 
 def registered_ops():

@@ -186,18 +186,25 @@ TEST(large_sum_is_accurate_and_thread_independent) {
   CHECK(memcmp(&res[0], &res[1], sizeof(float)) == 0);
 }
 
-TEST(stream_ordered_free_keeps_memory_until_work_completes) {
-  tpu_device_t* dev = make_vtpu(1);
-  tpu_hbm_t* hbm = tpu_vtpu_device_hbm(dev);
+/* An executable computing exp of n float32 values. */
+static tpu_executable_t* exp_exe(tpu_device_t* dev, int64_t n) {
   tpu_graph_t* g;
   CHECK_OK(tpu_graph_create(tpu_allocator_system(), &g));
-  tpu_shape_t s = shp(1, 1 << 20, 0);
+  tpu_shape_t s = shp(1, n, 0);
   tpu_value_t x, e;
   CHECK_OK(tpu_graph_add_parameter(g, TPU_DTYPE_F32, &s, NULL, &x));
   CHECK_OK(tpu_graph_add_node(g, TPU_OP_EXP, &x, 1, NULL, &e));
   CHECK_OK(tpu_graph_add_output(g, e, NULL, -1));
   tpu_executable_t* exe = NULL;
   CHECK_OK(tpu_executable_compile(dev, g, TPU_PRECISION_HIGHEST, NULL, &exe));
+  tpu_graph_destroy(g);
+  return exe;
+}
+
+TEST(stream_ordered_free_keeps_memory_until_work_completes) {
+  tpu_device_t* dev = make_vtpu(1);
+  tpu_hbm_t* hbm = tpu_vtpu_device_hbm(dev);
+  tpu_executable_t* exe = exp_exe(dev, 1 << 20);
   tpu_stream_t* st = NULL;
   CHECK_OK(tpu_stream_create(dev, NULL, &st));
   tpu_buffer_t* in = buf_from(dev, NULL, 1 << 20);
@@ -225,7 +232,6 @@ TEST(stream_ordered_free_keeps_memory_until_work_completes) {
   CHECK_EQ(hs.n_live, 0);
   tpu_stream_destroy(st);
   tpu_executable_release(exe);
-  tpu_graph_destroy(g);
   tpu_device_release(dev);
 }
 
@@ -412,15 +418,7 @@ static void* racer_main(void* arg) {
 
 static void run_racers(double inline_flops_max) {
   tpu_device_t* dev = make_vtpu(2);
-  tpu_graph_t* g;
-  CHECK_OK(tpu_graph_create(tpu_allocator_system(), &g));
-  tpu_shape_t s = shp(1, 4096, 0);
-  tpu_value_t x, e;
-  CHECK_OK(tpu_graph_add_parameter(g, TPU_DTYPE_F32, &s, NULL, &x));
-  CHECK_OK(tpu_graph_add_node(g, TPU_OP_EXP, &x, 1, NULL, &e));
-  CHECK_OK(tpu_graph_add_output(g, e, NULL, -1));
-  tpu_executable_t* exe = NULL;
-  CHECK_OK(tpu_executable_compile(dev, g, TPU_PRECISION_HIGHEST, NULL, &exe));
+  tpu_executable_t* exe = exp_exe(dev, 4096);
   tpu_stream_t* st = NULL;
   tpu_stream_options_t so = {.inline_flops_max = inline_flops_max};
   CHECK_OK(tpu_stream_create(dev, &so, &st));
@@ -440,7 +438,6 @@ static void run_racers(double inline_flops_max) {
   CHECK_EQ(hs.n_live, 0);
   tpu_stream_destroy(st);
   tpu_executable_release(exe);
-  tpu_graph_destroy(g);
   tpu_device_release(dev);
 }
 

@@ -6,6 +6,9 @@ import torch
 
 _DEF = torch.library.Library("torchtpu", "DEF")
 _DEF.define("copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")
+# the CPU kernel the counted fallback runs for conversions the tpu does not
+# lower (e.g. to uint32)
+_DEF.impl("copy_", lambda self, src: self.copy_(src), "CPU")
 _DEF.define("iota_(Tensor(a!) self, Scalar start, Scalar step) -> Tensor(a!)")
 
 from . import elementwise, factory, linalg, nn, reduction  # noqa: E402,F401

@@ -900,6 +900,12 @@ def _im2col_args(kernel_size, dilation, padding, stride):
             _expand(padding, 2, "padding"), _expand(stride, 2, "stride"))
 
 
+def _block_counts(h, w, k, d, p, s):
+    """Kernel positions along the height and width of an (h, w) plane."""
+    return ((h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1,
+            (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1)
+
+
 @lowering("aten::im2col", "aten::im2col.out")
 def im2col(ctx, self, kernel_size, dilation, padding, stride, *, out=None):
     """unfold: one strided slice of the padded input per kernel position."""
@@ -915,8 +921,7 @@ def im2col(ctx, self, kernel_size, dilation, padding, stride, *, out=None):
     if self.dim() == 3:
         x = ctx.reshape(x, (1,) + x.shape)
     n, c, h, w = x.shape
-    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
-    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    oh, ow = _block_counts(h, w, k, d, p, s)
     x = ctx.op("pad", x, ctx.const(0, x.dtype), ints=(0, 0, p[0], p[1], 0, 0, p[0], p[1],
                                                       0, 0, 0, 0))
     cols = []
@@ -943,8 +948,7 @@ def col2im(ctx, self, output_size, kernel_size, dilation, padding, stride, *, ou
         _emit_empty(ctx, m, {"out": out})
         return
     h, w = m.shape[-2:]
-    oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) // s[0] + 1
-    ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    oh, ow = _block_counts(h, w, k, d, p, s)
     acc = _acc(self.dtype)
     v = ctx.convert(ctx.input(self, "self"), acc)
     if self.dim() == 2:

@@ -49,11 +49,13 @@ def is_cpu_scalar(x):
     return isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() == 0
 
 
-def to_meta(x):
-    if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+def to_meta(x, all_devices=False):
+    """Meta stand-ins of the tpu tensors in x (of every tensor with
+    all_devices), through lists and tuples."""
+    if isinstance(x, torch.Tensor) and (all_devices or x.device.type == "tpu"):
         return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
     if isinstance(x, (list, tuple)):
-        return type(x)(to_meta(e) for e in x)
+        return type(x)(to_meta(e, all_devices) for e in x)
     return x
 
 

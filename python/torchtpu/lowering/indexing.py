@@ -11,13 +11,12 @@ error surfaces at the next sync as an IndexError naming the op. Where PyTorch
 accepts negative indices they are wrapped first, keeping out-of-range values
 as they are so that the message names the index the user wrote.
 """
-import warnings
 
 import torch
 
 from .. import _registry
 from .._fallback import run_fallback
-from .._registry import composite, lowering
+from .._registry import composite, lowering, meta_check, out_variant, resize_out
 from .ctx import REDUCE, NotLowerable, is_tensor, to_meta
 from .elementwise import _SUPPORTED, _check_dtypes, broadcast_shapes
 
@@ -137,38 +136,6 @@ def _checked(ctx, i, dim, size):
     return ctx.reshape(ctx.op("gather", table, ctx.reshape(i, lead + (n,)), ints=(dim,)), (n,))
 
 
-def _resize_out(out, shape):
-    shape = tuple(shape)
-    if tuple(out.shape) == shape:
-        return
-    if out.numel() != 0:
-        warnings.warn(
-            f"An output with one or more elements was resized since it had shape "
-            f"{list(out.shape)}, which does not match the required output shape "
-            f"{list(shape)}. This behavior is deprecated, and in a future PyTorch "
-            "release outputs will not be resized unless they have zero elements. You "
-            "can explicitly reuse an out tensor t by resizing it, inplace, to zero "
-            "elements with t.resize_(0).", UserWarning, stacklevel=4)
-    out.resize_(shape)
-
-
-def _all_meta(x):
-    if isinstance(x, torch.Tensor):
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-    if isinstance(x, (list, tuple)):
-        return type(x)(_all_meta(e) for e in x)
-    return x
-
-
-def _meta_check(overload, args, kwargs):
-    """PyTorch's argument checks for an out= call, run on meta tensors
-    (skipped where the meta kernel would need data, as for boolean masks)."""
-    try:
-        overload(*_all_meta(list(args)), **{k: _all_meta(v) for k, v in kwargs.items()})
-    except NotImplementedError:
-        pass
-
-
 def _host(overload, args, kwargs, reason):
     """The counted CPU fallback, for composites (a private device op has no
     CPU kernel to fall back to)."""
@@ -177,26 +144,6 @@ def _host(overload, args, kwargs, reason):
 
 def _unsupported(*ts):
     return any(isinstance(t, torch.Tensor) and t.dtype not in _SUPPORTED for t in ts)
-
-
-def _out_variant(name, functional, out_names=("out",)):
-    """name (an out= overload) as the functional op followed by a copy into
-    the (resized) outputs: out= calls are rare, and the resize must happen
-    on every call, not only when a program is lowered."""
-    overload = _registry._overload(name)
-
-    def kernel(*args, **kwargs):
-        outs = [kwargs.pop(n) for n in out_names]
-        _meta_check(overload, args, dict(kwargs, **dict(zip(out_names, outs))))
-        res = functional(*args, **kwargs)
-        res = res if isinstance(res, (tuple, list)) else (res,)
-        for o, r in zip(outs, res):
-            _resize_out(o, r.shape)
-            if o.numel():
-                o.copy_(r)
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    composite(name)(kernel)
 
 
 def _op(name):
@@ -219,7 +166,7 @@ def cat(ctx, tensors, dim=0):
     ctx.output(vs[0] if len(vs) == 1 else ctx.op("concatenate", *vs, ints=(d,)), like=m)
 
 
-_out_variant("aten::cat.out", _op("aten::cat"))
+out_variant("aten::cat.out", _op("aten::cat"))
 
 
 # ------------------------------------------------------- gather/scatter
@@ -241,7 +188,7 @@ def gather(ctx, self, dim, index, *, sparse_grad=False):
                            tuple(m.shape)), like=m)
 
 
-_out_variant("aten::gather.out", _op("aten::gather"))
+out_variant("aten::gather.out", _op("aten::gather"))
 
 
 def _as_rank1(ctx, x, i, u):
@@ -366,7 +313,7 @@ for _name, _fn in [("scatter.src_out", "scatter.src"), ("scatter.value_out", "sc
                    ("scatter.value_reduce_out", "scatter.value_reduce"),
                    ("scatter_add.out", "scatter_add"),
                    ("scatter_reduce.two_out", "scatter_reduce.two")]:
-    _out_variant("aten::" + _name, _op("aten::" + _fn))
+    out_variant("aten::" + _name, _op("aten::" + _fn))
 
 
 # ---------------------------------------------------- index_* along a dim
@@ -400,7 +347,7 @@ def index_select(ctx, self, dim, index):
     ctx.output(ctx.reshape(g, tuple(m.shape)), like=m)
 
 
-_out_variant("aten::index_select.out", _op("aten::index_select"))
+out_variant("aten::index_select.out", _op("aten::index_select"))
 
 
 def _index_dim_scatter(ctx, self, dim, index, source, mode, alpha=None):
@@ -507,7 +454,7 @@ for _name, _fn in [("index_add.out", "index_add"), ("index_copy.out", "index_cop
                    ("index_reduce.out", "index_reduce"),
                    ("index_fill.int_Scalar_out", "index_fill.int_Scalar"),
                    ("index_fill.int_Tensor_out", "index_fill.int_Tensor")]:
-    _out_variant("aten::" + _name, _op("aten::" + _fn))
+    out_variant("aten::" + _name, _op("aten::" + _fn))
 
 
 @lowering("aten::take")
@@ -524,7 +471,7 @@ def take(ctx, self, index):
     ctx.output(ctx.reshape(ctx.op("gather", x, flat, ints=(0,)), tuple(m.shape)), like=m)
 
 
-_out_variant("aten::take.out", _op("aten::take"))
+out_variant("aten::take.out", _op("aten::take"))
 
 
 @lowering("aten::put_", "aten::put")
@@ -809,7 +756,7 @@ def index_tensor(self, indices):
     return _INDEX_GATHER(self, indices)
 
 
-_out_variant("aten::index.Tensor_out", index_tensor)
+out_variant("aten::index.Tensor_out", index_tensor)
 
 
 def _count_free(self, indices, values):
@@ -925,7 +872,7 @@ def nonzero(self):
     return _nonzero(self, "aten::nonzero")
 
 
-_out_variant("aten::nonzero.out", nonzero)
+out_variant("aten::nonzero.out", nonzero)
 
 
 @lowering("aten::nonzero_static")
@@ -977,7 +924,7 @@ def masked_select(self, mask):
                          _expand_indices(s, [m], "aten::masked_select"))
 
 
-_out_variant("aten::masked_select.out", masked_select)
+out_variant("aten::masked_select.out", masked_select)
 
 
 @lowering("aten::masked_scatter", "aten::masked_scatter_")
@@ -1020,7 +967,7 @@ def masked_scatter(ctx, self, mask, source):
         ctx.output(r, like=m)
 
 
-_out_variant("aten::masked_scatter.out", _op("aten::masked_scatter"))
+out_variant("aten::masked_scatter.out", _op("aten::masked_scatter"))
 
 
 @lowering("torchtpu::unique_bound")
@@ -1151,7 +1098,7 @@ def repeat_interleave(repeats, *, output_size=None):
     return _REPEATS_INDEX(repeats, int(output_size))
 
 
-_out_variant("aten::repeat_interleave.Tensor_out", repeat_interleave)
+out_variant("aten::repeat_interleave.Tensor_out", repeat_interleave)
 
 
 # ------------------------------------------------- flips, rolls, pads
@@ -1167,7 +1114,7 @@ def flip(ctx, self, dims):
     ctx.output(ctx.op("reverse", x, ints=tuple(ds)) if ds and self.numel() else x, like=m)
 
 
-_out_variant("aten::flip.out", _op("aten::flip"))
+out_variant("aten::flip.out", _op("aten::flip"))
 
 
 def _roll1(ctx, x, shift, d):
@@ -1203,7 +1150,7 @@ def roll(ctx, self, shifts, dims=()):
     ctx.output(r, like=m)
 
 
-_out_variant("aten::roll.out", _op("aten::roll"))
+out_variant("aten::roll.out", _op("aten::roll"))
 
 
 @lowering("aten::constant_pad_nd", runtime=("value",))
@@ -1226,7 +1173,7 @@ def constant_pad_nd(ctx, self, pad, value=0):
     ctx.output(ctx.op("pad", x, v, ints=tuple(lo + hi + [0] * r)), like=m)
 
 
-_out_variant("aten::constant_pad_nd.out", _op("aten::constant_pad_nd"))
+out_variant("aten::constant_pad_nd.out", _op("aten::constant_pad_nd"))
 
 
 def _pad_source(ctx, kind, n, lo, out):
@@ -1291,10 +1238,9 @@ for _k, _kind in (("reflection", "reflect"), ("replication", "replicate")):
     for _nd in (1, 2, 3):
         _base = f"aten::{_k}_pad{_nd}d"
         lowering(_base)(_pad_rule(_kind))
-        _out_variant(_base + ".out", _op(_base))
+        out_variant(_base + ".out", _op(_base))
         lowering(_base + "_backward")(_pad_backward_rule(_kind))
-        _out_variant(_base + "_backward.grad_input", _op(_base + "_backward"),
-                     out_names=("grad_input",))
+        out_variant(_base + "_backward.grad_input", _op(_base + "_backward"))
 
 
 # ---------------------------------------------------------- *_scatter
@@ -1402,7 +1348,7 @@ def as_strided_scatter(ctx, self, src, size, stride, storage_offset=None):
 
 
 for _name in ("slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter"):
-    _out_variant(f"aten::{_name}.out", _op(f"aten::{_name}"))
+    out_variant(f"aten::{_name}.out", _op(f"aten::{_name}"))
 
 
 @lowering("aten::unfold_backward")
@@ -1466,8 +1412,8 @@ def sort(ctx, self, *args, **kw):
     ctx.output(i, like=mi)
 
 
-_out_variant("aten::sort.values_stable", _op("aten::sort.stable"), ("values", "indices"))
-_out_variant("aten::sort.values", _op("aten::sort"), ("values", "indices"))
+out_variant("aten::sort.values_stable", _op("aten::sort.stable"))
+out_variant("aten::sort.values", _op("aten::sort"))
 
 
 @lowering("aten::topk")
@@ -1490,7 +1436,7 @@ def topk(ctx, self, k, dim=-1, largest=True, sorted=True):
     ctx.output(idx, like=mi)
 
 
-_out_variant("aten::topk.values", _op("aten::topk"), ("values", "indices"))
+out_variant("aten::topk.values", _op("aten::topk"))
 
 
 @lowering("aten::kthvalue")
@@ -1513,7 +1459,7 @@ def kthvalue(ctx, self, k, dim=-1, keepdim=False):
     ctx.output(ctx.reshape(idx, tuple(mi.shape)), like=mi)
 
 
-_out_variant("aten::kthvalue.values", _op("aten::kthvalue"), ("values", "indices"))
+out_variant("aten::kthvalue.values", _op("aten::kthvalue"))
 
 
 @lowering("torchtpu::randperm_fill_")
@@ -1534,13 +1480,13 @@ def _randperm_out(n, *, generator=None, out):
     if generator is not None:
         return _host(torch.ops.aten.randperm.generator_out, (n,),
                      {"generator": generator, "out": out}, "explicit generator")
-    _meta_check(torch.ops.aten.randperm.out, (n,), {"out": out})
+    meta_check(torch.ops.aten.randperm.out, (n,), {"out": out})
     if n < 0:
         raise RuntimeError(f"n must be non-negative, got{n}")
     if out.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
                          torch.float32, torch.float64, torch.bfloat16, torch.float16):
         raise RuntimeError(f"randperm is not implemented for {out.dtype}")
-    _resize_out(out, (n,))
+    resize_out(out, (n,))
     return _RANDPERM_FILL(out)
 
 
@@ -1577,8 +1523,8 @@ def _triangle(lower):
 
 lowering("aten::tril", "aten::tril_")(_triangle(True))
 lowering("aten::triu", "aten::triu_")(_triangle(False))
-_out_variant("aten::tril.out", _op("aten::tril"))
-_out_variant("aten::triu.out", _op("aten::triu"))
+out_variant("aten::tril.out", _op("aten::tril"))
+out_variant("aten::triu.out", _op("aten::triu"))
 
 
 @lowering("torchtpu::eye_fill_")
@@ -1602,7 +1548,7 @@ def _eye_out(n, m=None, *, out):
         raise RuntimeError(f"m must be greater or equal to 0, got {m}")
     if _unsupported(out):
         return _host(torch.ops.aten.eye.m_out, (n, m), {"out": out}, f"dtype {out.dtype}")
-    _resize_out(out, (n, m))
+    resize_out(out, (n, m))
     return _EYE_FILL(out)
 
 

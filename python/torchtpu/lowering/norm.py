@@ -9,11 +9,10 @@ the sum of squared deviations), reduced with the IR's pairwise/cascade
 reduce.
 """
 import math
-import warnings
 
 import torch
 
-from .._registry import _overload, composite, lowering
+from .._registry import _overload, composite, lowering, out_variant
 from .ctx import V, NotLowerable
 from .elementwise import _check_dtypes, broadcast_shapes
 from .reduction import _dims, _keep
@@ -1165,56 +1164,6 @@ def embedding_dense_backward(ctx, grad_output, indices, num_weights, padding_idx
 # ------------------------------------------------------------- out= variants
 
 
-def _resize_out(out, shape):
-    shape = tuple(shape)
-    if tuple(out.shape) == shape:
-        return
-    if out.numel() != 0:
-        warnings.warn(
-            f"An output with one or more elements was resized since it had shape "
-            f"{list(out.shape)}, which does not match the required output shape "
-            f"{list(shape)}. This behavior is deprecated, and in a future PyTorch release "
-            "outputs will not be resized unless they have zero elements. You can explicitly "
-            "reuse an out tensor t by resizing it, inplace, to zero elements with "
-            "t.resize_(0).", UserWarning, stacklevel=3)
-    out.resize_(shape)
-
-
-def _meta_like(x):
-    if isinstance(x, torch.Tensor) and x.device.type == "tpu":
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-    return x
-
-
-def _out_variant(out_name, func_name, dtype_from_out=False):
-    """Registers out_name as a composite: PyTorch's meta kernel checks the
-    out= tensors (dtype rules, shape errors), they are resized like
-    resize_output does, and the lowered functional op's result is copied in."""
-    out_ov, func = _overload(out_name), _overload(func_name)
-    outs = [a.name for a in out_ov._schema.arguments
-            if a.alias_info is not None and a.alias_info.is_write]
-
-    def kernel(*args, **kwargs):
-        targets = [kwargs.pop(n) for n in outs]
-        meta_outs = {n: torch.empty(0, dtype=t.dtype, device="meta") for n, t in zip(outs, targets)}
-        meta_args = [_meta_like(a) for a in args]
-        meta_kwargs = {k: _meta_like(v) for k, v in kwargs.items()}
-        try:
-            out_ov(*meta_args, **meta_kwargs, **meta_outs)
-        except NotImplementedError:
-            pass
-        if dtype_from_out and kwargs.get("dtype") is None:
-            kwargs["dtype"] = targets[0].dtype
-        res = func(*args, **kwargs)
-        res = res if isinstance(res, (tuple, list)) else (res,)
-        for t, r in zip(targets, res):
-            _resize_out(t, r.shape)
-            t.copy_(r)
-        return targets[0] if len(targets) == 1 else tuple(targets)
-
-    composite(out_name)(kernel)
-
-
 for _o, _f, _d in [
     ("mean.out", "mean.dim", True),
     ("prod.int_out", "prod.dim_int", True),
@@ -1251,4 +1200,4 @@ for _o, _f, _d in [
     ("binary_cross_entropy.out", "binary_cross_entropy", False),
     ("binary_cross_entropy_backward.grad_input", "binary_cross_entropy_backward", False),
 ]:
-    _out_variant("aten::" + _o, "aten::" + _f, _d)
+    out_variant("aten::" + _o, _overload("aten::" + _f), _d)
